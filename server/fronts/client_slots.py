@@ -136,6 +136,38 @@ def deadline_refusal(model: str, deadline_s: float) -> RequestRefusedError:
     )
 
 
+class QueueOrder:
+    """The order requests join each model's queue in Triton, which takes them first in, first out: a
+    request cancelled there, whose answer never comes, is behind Triton (dropped, or in a batch it ran)
+    once Triton has run one that joined after it. Until then its slot stays held (fault matrix row 78)."""
+
+    def __init__(self) -> None:
+        self.joins: Counter[str] = Counter()
+        self.cancelled: dict[asyncio.Future, tuple[str, int]] = {}  # (model, place) each waits to pass
+
+    def joined(self, model: str) -> int:
+        """A request forwarded to ``model``: its place in the model's order."""
+        self.joins[model] += 1
+        return self.joins[model]
+
+    def ran(self, model: str, place: int) -> None:
+        """Triton answered ``model``'s request at ``place`` with its outputs: those cancelled before it
+        are passed (an error may come before the queue, so it passes none)."""
+        for passed, (waiting, waiting_place) in list(self.cancelled.items()):
+            if waiting == model and waiting_place < place:
+                del self.cancelled[passed]
+                passed.set_result(None)
+
+    async def passed(self, model: str, place: int) -> None:
+        """Wait until Triton has passed ``model``'s cancelled request at ``place``."""
+        passed = asyncio.get_running_loop().create_future()
+        self.cancelled[passed] = (model, place)
+        try:
+            await passed
+        finally:
+            self.cancelled.pop(passed, None)
+
+
 class Deadlines:
     """``await within(...)`` around each inference; ``overdue`` counts what Triton still runs."""
 
@@ -145,13 +177,22 @@ class Deadlines:
         # what the front still waits on for no one, kept until done: overdue exchanges, and requests
         # whose client left once they were forwarded
         self._finishing: set[asyncio.Future] = set()
+        self.queues = QueueOrder()
 
     async def within(
-        self, address: str, connection: str, model: str, deadline_s: float, call: Callable[[], Awaitable[T]]
+        self,
+        address: str,
+        connection: str,
+        model: str,
+        deadline_s: float,
+        call: Callable[[], Awaitable[T]],
+        cancel_passes_on: bool = False,
     ) -> T:
         """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue). A
         caller cancelled once ``call()`` began (its client hung up or reset the call) leaves it to run on
-        with the client's slot, as Triton runs it anyway (fault matrix rows 38 and 78)."""
+        with the client's slot, as Triton runs it anyway (fault matrix rows 38 and 78); with
+        ``cancel_passes_on`` (Triton's gRPC drops a cancelled request it has not begun) ``call()`` is
+        cancelled and the slot kept until Triton has passed the request (``QueueOrder``, row 78)."""
         if self.overdue[model] >= self.max_overdue:
             raise RequestRefusedError(
                 f"model '{model}' already has {self.overdue[model]} requests past their deadline that "
@@ -159,13 +200,15 @@ class Deadlines:
                 Refusal.TOO_MANY,
                 "a model at its bound of overdue requests (429 / RESOURCE_EXHAUSTED, fault matrix row 58)",
             )
-        forwarded = asyncio.Event()
+        forwarded: asyncio.Future[asyncio.Future] = asyncio.get_running_loop().create_future()
         run = asyncio.ensure_future(self._run(address, connection, model, deadline_s, call, forwarded))
         try:
             return await asyncio.shield(run)
         except asyncio.CancelledError:
-            if not forwarded.is_set():
+            if not forwarded.done():
                 run.cancel()  # still waiting for a slot: nothing reached Triton
+            elif cancel_passes_on:
+                forwarded.result().cancel()
             self._finishing.add(run)
             run.add_done_callback(self._left_behind)
             raise
@@ -177,13 +220,14 @@ class Deadlines:
         model: str,
         deadline_s: float,
         call: Callable[[], Awaitable[T]],
-        forwarded: asyncio.Event,
+        forwarded: asyncio.Future[asyncio.Future],
     ) -> T:
         scope = asyncio.timeout(deadline_s)
         try:
             async with scope, self.slots.held(address, connection):
-                forwarded.set()
+                place = self.queues.joined(model)
                 exchange = asyncio.ensure_future(call())
+                forwarded.set_result(exchange)
                 try:
                     return await asyncio.shield(exchange)
                 except asyncio.CancelledError:
@@ -192,9 +236,14 @@ class Deadlines:
                         finish = asyncio.ensure_future(self._finish(model, exchange))
                         self._finishing.add(finish)
                         finish.add_done_callback(self._finishing.discard)
+                    elif exchange.cancelled():  # its client's cancel, passed on: Triton answers no more
+                        await self.queues.passed(model, place)
                     else:
                         exchange.cancel()
                     raise
+                finally:
+                    if exchange.done() and not exchange.cancelled() and exchange.exception() is None:
+                        self.queues.ran(model, place)
         except TimeoutError:
             if scope.expired():
                 raise deadline_refusal(model, deadline_s) from None

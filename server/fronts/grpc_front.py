@@ -197,10 +197,15 @@ class GrpcFront(Front):
             if model is None:  # answered at once; a reset still lets a load reach ``forget`` (row 79)
                 call.forwarded = True
                 answer, initial, trailing = await exchange()
-            else:  # a reset cancels this handler, not the inference: ``within`` keeps its slot (row 78)
+            else:  # a reset reaches Triton; ``within`` keeps the slot until Triton has passed it (row 78)
                 deadline = model.deadline_s or self.shares.deadline_s
                 answer, initial, trailing = await self.deadlines.within(
-                    call.connection.address, call.connection.name, model.model, deadline, exchange
+                    call.connection.address,
+                    call.connection.name,
+                    model.model,
+                    deadline,
+                    exchange,
+                    cancel_passes_on=True,
                 )
             self.state.up()
             if name in LOADS and request is not None:

@@ -18,6 +18,7 @@ once the front had read it never had a call open, so no bound applied, while Tri
 from __future__ import annotations
 
 import gzip
+import json
 import socket
 import time
 import urllib.request
@@ -25,14 +26,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
 from own_front import most_refusal_lines, own_front, refusals_logged
 from slow_model import SLOW, slow_model_server, slow_request
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server import TritonServer
+from server.admin import headers as admin_headers
 from server.fronts import h2c
 from server.fronts.client_slots import MESSAGE_TIMEOUT_S, OVERDUE_TIMEOUT_S, SlotLimits
 from server.fronts.grpc_wire import MAX_STREAMS, STREAMS_PER_ADDRESS
@@ -428,6 +431,56 @@ def test_streams_reset_once_forwarded_end_on_triton_and_free_their_places(
                 assert code == b"0" and right, (code, why, answer)
             assert pending(metrics, model) == 0
     assert reached > 0, "no reset stream reached Triton: the loop tested nothing"
+
+
+CANCELLED_ASKS_S = 1.0  # what a cancelled call asks of ``slow``: those Triton ran add up to seconds
+
+
+def _successes(server: TritonServer, model: str) -> int:
+    """The requests of ``model`` Triton ran to an answer (a request it dropped as cancelled is a failure)."""
+    stats_url = f"http://{server.triton_http_url}/v2/models/{model}/stats"
+    request = urllib.request.Request(stats_url, headers=admin_headers(server.admin_key))
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        stats = json.load(answer)["model_stats"]
+    return sum(int(version["inference_stats"]["success"]["count"]) for version in stats)
+
+
+def test_calls_cancelled_once_forwarded_are_cancelled_on_triton(stream_reset_server: TritonServer) -> None:
+    """Row 78, a client's cancel: a grpcio client sends ``slow`` its connection's share of calls (32, one
+    second each) and cancels all but the first (``RST_STREAM`` ``CANCEL``) once Triton has some of them
+    waiting. The front passes the cancel on, so Triton drops what it has not begun: it runs at most a few
+    of the 31 (before: all 31, a second each, for a client gone). The slots stay held until Triton has
+    passed the calls, here until it runs a call sent after them from another connection; then the
+    first connection's next call is answered right and Triton has nothing of ``slow`` waiting."""
+    share, metrics = SlotLimits().per_connection, stream_reset_server.metrics_url
+    url = stream_reset_server.grpc_url
+    options = [("grpc.use_local_subchannel_pool", 1)]  # a connection of each channel's own
+    with grpc.insecure_channel(url, options) as first, grpc.insecure_channel(url, options) as second:
+        calls, later_calls = (
+            service_pb2_grpc.GRPCInferenceServiceStub(c).ModelInfer for c in (first, second)
+        )
+        quick = service_pb2.ModelInferRequest.FromString(slow_request(0.0))
+        calls(quick, timeout=HANG_GUARD_S)  # the front has the model's config when the cancels come
+        before = _successes(stream_reset_server, SLOW)
+        asked = service_pb2.ModelInferRequest.FromString(slow_request(CANCELLED_ASKS_S))
+        running, *cancelled = [calls.future(asked, timeout=HANG_GUARD_S) for _ in range(share)]
+        give_up = time.monotonic() + HANG_GUARD_S  # a hang guard: the test counts, it never times
+        while pending(metrics, SLOW) < 1 and time.monotonic() < give_up:
+            time.sleep(0.05)
+        for call in cancelled:
+            call.cancel()
+        running.result()
+        assert _output_of(later_calls(quick, timeout=HANG_GUARD_S)) == [0.0]  # joined Triton after them
+        assert _output_of(calls(quick, timeout=HANG_GUARD_S)) == [0.0]  # the first connection's slots freed
+    while pending(metrics, SLOW) > 0 and time.monotonic() < give_up:
+        time.sleep(0.1)
+    ran = _successes(stream_reset_server, SLOW) - before - 3  # less the first and the two answered after
+    assert pending(metrics, SLOW) == 0
+    assert ran <= len(cancelled) // 4, f"Triton ran {ran} of the {len(cancelled)} calls cancelled"
+
+
+def _output_of(answer: service_pb2.ModelInferResponse) -> list[float]:
+    return np.frombuffer(answer.raw_output_contents[0], np.float32).tolist()
 
 
 def _stream_start(stream: int) -> bytes:

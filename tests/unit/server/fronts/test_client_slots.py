@@ -5,6 +5,7 @@ test_http_hang_ups.py, test_large_json.py)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -184,6 +185,56 @@ def test_a_request_forwarded_keeps_its_slot_when_its_client_goes_away() -> None:
         answer.set()
         await _until(lambda: slots.taken == 0)
         assert not slots.by_address and not slots.by_connection and not deadlines.overdue
+
+    asyncio.run(run())
+
+
+def test_a_cancel_passed_on_keeps_the_slot_until_triton_runs_a_later_request() -> None:
+    """Row 78 with ``cancel_passes_on`` (the gRPC front): the exchange of a request whose client reset it
+    is cancelled (Triton is told), yet its slot stays held, as Triton answers it no more, until Triton
+    answers a request of the same model forwarded after it: Triton's queue is first in, first out, so the
+    cancelled one is behind it by then. An answer of a request forwarded before it frees nothing, nor an
+    error for one forwarded after it (Triton may refuse a request before its queue)."""
+
+    async def run() -> None:
+        slots = ClientSlots(SlotLimits(per_connection=2))
+        deadlines = Deadlines(slots)
+        answers = {who: asyncio.Event() for who in ("earlier", "cancelled", "refused", "later")}
+        cancelled: list[str] = []
+
+        async def upstream(who: str) -> str:
+            try:
+                await answers[who].wait()
+            except asyncio.CancelledError:
+                cancelled.append(who)
+                raise
+            if who == "refused":
+                raise RuntimeError("refused before the queue")
+            return who
+
+        def call(who: str, connection: str) -> asyncio.Task:
+            exchange = functools.partial(upstream, who)
+            return asyncio.create_task(
+                deadlines.within("a", connection, "m", 60, exchange, cancel_passes_on=True)
+            )
+
+        earlier, reset = call("earlier", "a:1"), call("cancelled", "a:1")
+        await _until(lambda: slots.taken == 2)
+        reset.cancel()  # the client reset it
+        await _until(lambda: cancelled == ["cancelled"])
+        refused, later = call("refused", "a:2"), call("later", "a:2")
+        await _until(lambda: slots.taken == 4)
+        answers["earlier"].set()
+        assert await earlier == "earlier"
+        answers["refused"].set()
+        with pytest.raises(RuntimeError):
+            await refused
+        await asyncio.sleep(0.01)
+        assert slots.by_connection["a:1"] == 1, "a slot freed before Triton passed the cancelled request"
+        answers["later"].set()
+        assert await later == "later"
+        await _until(lambda: slots.taken == 0)
+        assert not slots.by_address and not slots.by_connection and not deadlines.queues.cancelled
 
     asyncio.run(run())
 
