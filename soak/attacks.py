@@ -7,7 +7,6 @@ every model, excused only with the fronts' restart answers."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from server.fronts import h2c
 from server.fronts.client_slots import SlotLimits
 from server.watchdog import model_progress
 from soak import raw_grpc
-from soak.faults import ENCODER, Soak, overflowing_request, refused
+from soak.faults import ENCODER, Soak, overflowing_request, registration_refused
 from soak.other_uid import SERVICE
 from soak.raw_http import Request, address, exchange, hang_ups
 from soak.report import SERVER_KILLED, Outage
@@ -159,8 +158,7 @@ def shared_memory_identity(soak: Soak) -> None:
             link = Path("/dev/shm") / name
             os.link(region, link)
             try:
-                register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
-                linked = refused(register, protocol, "has 2 links")
+                linked = registration_refused(client, protocol, name, "has 2 links")
             finally:
                 link.unlink()
             soak.report.check("hard links to a stub's region (refused)").record(linked)
