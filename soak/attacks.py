@@ -348,9 +348,8 @@ def kill_server(soak: Soak) -> None:
     deaths = len(supervisor.record.history)
     at, epoch = time.monotonic(), time.time()
     os.kill(pid, signal.SIGKILL)
-    outages = [
-        Outage(SERVER_KILLED, m, at, epoch, RESTART_GAP) for m in sorted({*soak.models, *soak.stub_models})
-    ]
+    models = sorted({*soak.models, *soak.stub_models})
+    outages = [Outage(SERVER_KILLED, model, at, epoch, RESTART_GAP) for model in models]
     soak.report.outages.extend(outages)
     soak.report.server_kills.append(pid)
     log.info("killed tritonserver (pid %s)", pid)
@@ -461,9 +460,8 @@ def hung_up_inferences(soak: Soak) -> None:
             log.error("HTTP hang-ups: answered %s %r %s", reply.status, reply.body[:200], reply.failure)
         return not wrong
 
-    within_share(
-        soak, "HTTP inferences hung up once sent (200 or the share's 429, server kept)", share, attack
-    )
+    what = "HTTP inferences hung up once sent (200 or the share's 429, server kept)"
+    within_share(soak, what, share, attack)
 
 
 def reset_calls(soak: Soak) -> None:
@@ -503,10 +501,8 @@ def reset_calls(soak: Soak) -> None:
             )
         return not (wrong or answers.resets or answers.goaway)
 
-    share = SHARES.per_connection
-    within_share(
-        soak, "gRPC calls reset once sent (OK or the share's RESOURCE_EXHAUSTED, server kept)", share, attack
-    )
+    what = "gRPC calls reset once sent (OK or the share's RESOURCE_EXHAUSTED, server kept)"
+    within_share(soak, what, SHARES.per_connection, attack)
 
 
 ATTACKS: dict[str, Callable[[Soak], None]] = {

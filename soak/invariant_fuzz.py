@@ -376,14 +376,11 @@ class InvariantFuzz:
         wanted = tuple(OutputCase(output.name) for output in space.outputs)
         inputs = [Placed(name, 0, used), *([None] * (len(tensors) - 1))]
         headers = readable(case.headers) if case.protocol == "http" else None
-        request = http_body(
-            Case(space.name, "http", tensors, wanted, 0, headers=headers), data, inputs, outputs
-        )
-        reply = other.http(request, space.deadline_s + SLACK_S)
+        their_request = Case(space.name, "http", tensors, wanted, 0, headers=headers)
+        reply = other.http(http_body(their_request, data, inputs, outputs), space.deadline_s + SLACK_S)
         answer = http_answer("other uid infer", reply)
-        self.report.answered += [
-            f"(a) other uid infer: {p}" for p in headers_held(headers, reply, answer.verdict)
-        ]
+        held = headers_held(headers, reply, answer.verdict)
+        self.report.answered += [f"(a) other uid infer: {problem}" for problem in held]
         if answer.verdict == "ok":
             theirs.allowed += [(output.offset, output.offset + output.size) for output in outputs]
             if compressed_accepted(headers):
