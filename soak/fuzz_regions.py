@@ -151,9 +151,7 @@ class Regions:
 
     def place(self, shm: ShmRange, size: int, data: bytes | None = None) -> Placed:
         """A range as sent, with ``data`` written there first when it lies in A's file."""
-        placed = Placed(
-            self.name(shm.region), shm.offset, shm.size if shm.size is not None else size + shm.size_delta
-        )
+        placed = Placed(self.name(shm.region), shm.offset, size if shm.size is None else shm.size)
         target, start = self.files.get(shm.region), self.starts.get(shm.region, 0)
         if data is not None and target is not None:
             target.write(start + shm.offset, data)
