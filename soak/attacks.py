@@ -7,7 +7,6 @@ every model, excused only with the fronts' restart answers."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from server.fronts import h2c
 from server.fronts.client_slots import SlotLimits
 from server.watchdog import model_progress
 from soak import raw_grpc
-from soak.faults import ENCODER, Soak, overflowing_request, refused
+from soak.faults import ENCODER, Soak, overflowing_request, registration_refused
 from soak.other_uid import SERVICE
 from soak.raw_http import Request, address, exchange, hang_ups
 from soak.report import SERVER_KILLED, Outage
@@ -159,8 +158,7 @@ def shared_memory_identity(soak: Soak) -> None:
             link = Path("/dev/shm") / name
             os.link(region, link)
             try:
-                register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
-                linked = refused(register, protocol, "has 2 links")
+                linked = registration_refused(client, protocol, name, "has 2 links")
             finally:
                 link.unlink()
             soak.report.check("hard links to a stub's region (refused)").record(linked)
@@ -350,9 +348,8 @@ def kill_server(soak: Soak) -> None:
     deaths = len(supervisor.record.history)
     at, epoch = time.monotonic(), time.time()
     os.kill(pid, signal.SIGKILL)
-    outages = [
-        Outage(SERVER_KILLED, m, at, epoch, RESTART_GAP) for m in sorted({*soak.models, *soak.stub_models})
-    ]
+    models = sorted({*soak.models, *soak.stub_models})
+    outages = [Outage(SERVER_KILLED, model, at, epoch, RESTART_GAP) for model in models]
     soak.report.outages.extend(outages)
     soak.report.server_kills.append(pid)
     log.info("killed tritonserver (pid %s)", pid)
@@ -463,9 +460,8 @@ def hung_up_inferences(soak: Soak) -> None:
             log.error("HTTP hang-ups: answered %s %r %s", reply.status, reply.body[:200], reply.failure)
         return not wrong
 
-    within_share(
-        soak, "HTTP inferences hung up once sent (200 or the share's 429, server kept)", share, attack
-    )
+    what = "HTTP inferences hung up once sent (200 or the share's 429, server kept)"
+    within_share(soak, what, share, attack)
 
 
 def reset_calls(soak: Soak) -> None:
@@ -505,10 +501,8 @@ def reset_calls(soak: Soak) -> None:
             )
         return not (wrong or answers.resets or answers.goaway)
 
-    share = SHARES.per_connection
-    within_share(
-        soak, "gRPC calls reset once sent (OK or the share's RESOURCE_EXHAUSTED, server kept)", share, attack
-    )
+    what = "gRPC calls reset once sent (OK or the share's RESOURCE_EXHAUSTED, server kept)"
+    within_share(soak, what, SHARES.per_connection, attack)
 
 
 ATTACKS: dict[str, Callable[[Soak], None]] = {

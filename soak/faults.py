@@ -5,7 +5,6 @@ are excused inside it, and only those); ``recover`` fills in when each outage en
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import random
@@ -90,10 +89,10 @@ class Soak:
         return code == "INVALID_ARGUMENT" and says in details
 
 
-def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
-    """Whether ``call`` is refused as forbidden (HTTP 403, gRPC PERMISSION_DENIED), saying ``says``."""
+def registration_refused(client: Any, protocol: str, name: str, says: str = "") -> bool:
+    """Whether registering ``/dev/shm/name`` is forbidden (HTTP 403, PERMISSION_DENIED), saying ``says``."""
     try:
-        call()
+        client.register_system_shared_memory(name, f"/{name}", 4096)
         return False
     except InferenceServerException as error:
         return error.status() == REFUSED[protocol] and says in (error.message() or "")
@@ -193,12 +192,8 @@ def shared_memory_probe(soak: Soak) -> None:
     if region is None:
         return
     with soak.clients() as clients:
-        refusals = [  # a list, not a generator: both protocols are probed even when the first is not refused
-            refused(
-                functools.partial(client.register_system_shared_memory, region, f"/{region}", 4096), protocol
-            )
-            for protocol, client in clients.items()
-        ]
+        # a list, not a generator: both protocols are probed even when the first is not refused
+        refusals = [registration_refused(client, protocol, region) for protocol, client in clients.items()]
     status = soak.client.get_system_shared_memory_status()
     registered = [r for r in status if r.get("name") == region or r.get("key") == f"/{region}"]
     soak.report.check("shared-memory probes (refused)").record(all(refusals) and not registered)

@@ -123,9 +123,6 @@ class Regions:
         fields = {"key": f"/{file_name}", "offset": offset, "byte_size": size}
         return shm_call(who, protocol, what, "Register", name, fields)
 
-    def unregister(self, protocol: str, name: str) -> Answer:
-        return shm_call(self.client, protocol, "unregister", "Unregister", name)
-
     def register_fresh(self, protocol: str, registration: Registration, number: int) -> Answer:
         """The case's own registration under the name of kind ``fresh``."""
         key = registration.key
@@ -146,7 +143,7 @@ class Regions:
 
     def end_fresh(self, protocol: str) -> list[Answer]:
         """Unregister the case's own region and remove its file (after ``verify``)."""
-        answer = self.unregister(protocol, self.name("fresh"))
+        answer = shm_call(self.client, protocol, "unregister", "Unregister", self.name("fresh"))
         fresh = self.files.pop("fresh", None)
         if fresh is not None:
             fresh.path.unlink(missing_ok=True)
@@ -154,9 +151,7 @@ class Regions:
 
     def place(self, shm: ShmRange, size: int, data: bytes | None = None) -> Placed:
         """A range as sent, with ``data`` written there first when it lies in A's file."""
-        placed = Placed(
-            self.name(shm.region), shm.offset, shm.size if shm.size is not None else size + shm.size_delta
-        )
+        placed = Placed(self.name(shm.region), shm.offset, size if shm.size is None else shm.size)
         target, start = self.files.get(shm.region), self.starts.get(shm.region, 0)
         if data is not None and target is not None:
             target.write(start + shm.offset, data)
@@ -197,6 +192,6 @@ class Regions:
     def close(self) -> None:
         for protocol in FRONTS:
             for kind in A_OFFSETS:
-                self.unregister(protocol, self.name(kind))
+                shm_call(self.client, protocol, "unregister", "Unregister", self.name(kind))
         for client_file in self.files.values():
             client_file.path.unlink(missing_ok=True)

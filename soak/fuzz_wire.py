@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 import numpy as np
@@ -316,9 +316,8 @@ class Client:
         result = grpc_answer("stream", code, details, payload, time.monotonic() - start)
         missing = [m.id for m in messages if m.id not in answered]
         if result.verdict == "ok" and missing:
-            result = Answer(
-                "stream", "broken", "unanswered", f"no answer for {missing}", result.elapsed_s, payload
-            )
+            unanswered = f"no answer for {missing}"
+            result = replace(result, verdict="broken", status="unanswered", message=unanswered)
         return result, answered
 
     def close(self) -> None:

@@ -172,7 +172,7 @@ class InvariantFuzz:
         self.regions.setup()
         self._judge(self.regions.setup_answers, 30.0, "setup")
         report = self.report
-        report.server_pid, report.front_pids = server.pid, self._front_pids()
+        report.server_pid, report.front_pids = server.pid, {front.pid for front in server.running_fronts}
         self.stub_pids = {stub.pid for stub in stubs}
         report.stubs = len(self.stub_pids)
         report.rss_start_mib = report.rss_peak_mib = report.rss_end_mib = rss_mib(report.server_pid)
@@ -185,9 +185,6 @@ class InvariantFuzz:
         if self.other is not None:
             self.other.close()
         self.client.close()
-
-    def _front_pids(self) -> set[int]:
-        return {front.pid for front in self.server.running_fronts}
 
     def _judge(self, answers: Sequence[Answer], deadline_s: float, what: str) -> list[str]:
         problems = []
@@ -211,7 +208,7 @@ class InvariantFuzz:
         alive = running(pid)
         if pid != report.server_pid or not alive:
             problems.append(f"(c) tritonserver {report.server_pid} is gone (now {pid}, alive {alive})")
-        fronts = self._front_pids()
+        fronts = {front.pid for front in self.server.running_fronts}
         if fronts != report.front_pids:
             problems.append(f"(c) the fronts {sorted(report.front_pids)} are now {sorted(fronts)}")
         gone = [stub for stub in self.stub_pids if not running(stub, parent=pid)]
@@ -379,14 +376,11 @@ class InvariantFuzz:
         wanted = tuple(OutputCase(output.name) for output in space.outputs)
         inputs = [Placed(name, 0, used), *([None] * (len(tensors) - 1))]
         headers = readable(case.headers) if case.protocol == "http" else None
-        request = http_body(
-            Case(space.name, "http", tensors, wanted, 0, headers=headers), data, inputs, outputs
-        )
-        reply = other.http(request, space.deadline_s + SLACK_S)
+        their_request = Case(space.name, "http", tensors, wanted, 0, headers=headers)
+        reply = other.http(http_body(their_request, data, inputs, outputs), space.deadline_s + SLACK_S)
         answer = http_answer("other uid infer", reply)
-        self.report.answered += [
-            f"(a) other uid infer: {p}" for p in headers_held(headers, reply, answer.verdict)
-        ]
+        held = headers_held(headers, reply, answer.verdict)
+        self.report.answered += [f"(a) other uid infer: {problem}" for problem in held]
         if answer.verdict == "ok":
             theirs.allowed += [(output.offset, output.offset + output.size) for output in outputs]
             if compressed_accepted(headers):

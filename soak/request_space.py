@@ -126,12 +126,11 @@ class ModelSpace:
 
 @dataclass(frozen=True)
 class ShmRange:
-    """A shared-memory range; ``size`` None: the tensor's own byte size plus ``size_delta``."""
+    """A shared-memory range; ``size`` None: the tensor's own byte size."""
 
     region: str
     offset: int
     size: int | None = None
-    size_delta: int = 0
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ the policy, on one instance and on ``SPARE_INSTANCES`` (docs/PERF.md)."""
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +130,7 @@ class QueuePolicyStudy:
 def served_configs(http_url: str) -> dict[str, dict[str, int]]:
     """The queue bound (0: none) and instances each model serves with, read back from the server."""
     served = {}
-    with contextlib.closing(httpclient.InferenceServerClient(http_url)) as client:
+    with httpclient.InferenceServerClient(http_url) as client:
         for variant in VARIANTS:
             config = client.get_model_config(variant.model)
             policy = config.get("dynamic_batching", {}).get("default_queue_policy", {})

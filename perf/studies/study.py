@@ -91,8 +91,9 @@ class StudyRunner:
         return self.profile.target(server, self.spec.model(model), self.collect.get(model, 1))
 
     def _measure(
-        self, server: TritonServer, model: str, load: Load, label: str, engine: LoadEngine | None = None
+        self, server: TritonServer, model: str, load: Load, label: str = "", engine: LoadEngine | None = None
     ) -> Measurement:
+        """``model`` under ``load``, labelled ``<model> @ <load>`` unless ``label`` says otherwise."""
         return self.context.measure(server, self.target(server, model), load, label, engine=engine)
 
     def run(self) -> StudyResult:
@@ -103,8 +104,7 @@ class StudyRunner:
         with self.context.server(self.repository, "server.log") as server:
             result.server_log = server.log_path
             for concurrency in self.profile.concurrencies:
-                load = closed_loop(concurrency)
-                result.ceiling.append(self._measure(server, TRIVIAL, load, f"trivial @ {load.name}"))
+                result.ceiling.append(self._measure(server, TRIVIAL, closed_loop(concurrency)))
             for family in self.profile.families:
                 result.families[family] = self._run_family(server, family)
             self._cross_check(server, result)
@@ -146,8 +146,7 @@ class StudyRunner:
         )  # fmt: skip
         out.sweep = {mode: [] for mode in self.profile.modes}
         for _, _, mode, load in plan:
-            model = model_name(family, mode)
-            out.sweep[mode].append(self._measure(server, model, load, f"{model} @ {load.name}"))
+            out.sweep[mode].append(self._measure(server, model_name(family, mode), load))
         out.capacity = capacity(out.sweep)
         if self.profile.trace or out.capacity > 0:
             out.open_load = self.context.open_load(self.profile.poisson_fraction * out.capacity)
@@ -158,10 +157,7 @@ class StudyRunner:
             )
             log.warning("%s: capacity 0, open loop skipped", family)
         for mode in self.profile.modes if out.open_load else ():
-            model = model_name(family, mode)
-            out.open_loop[mode] = self._measure(
-                server, model, out.open_load, f"{model} @ {out.open_load.name}"
-            )
+            out.open_loop[mode] = self._measure(server, model_name(family, mode), out.open_load)
         self.context.progress(f"{family}: raw onnxruntime")
         reference = self.spec.model(model_name(family, self.profile.modes[0]))
         out.raw = self.tools.measure_raw(

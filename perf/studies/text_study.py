@@ -91,9 +91,8 @@ def raw_onnxruntime(
                 computed += ids.size
         return time.perf_counter() - start, real, computed
 
-    session.run(
-        ["embedding"], {"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)}
-    )
+    ones = np.ones((1, 8), np.int64)
+    session.run(["embedding"], {"input_ids": ones, "attention_mask": ones})  # warm-up
     best, real, computed = min(one_pass() for _ in range(2))
     return len(texts) / best, computed / real
 
@@ -207,11 +206,10 @@ def measure_mode(
     load: Load, name: str,
 ) -> None:  # fmt: skip
     spec = mode.spec()
+    target = _target(context, server, spec.name, corpus)
+    related = (spec.encoder_name, spec.tokenizer_name)
     before = read_counters(server, spec)
-    measurement = context.measure(
-        server, _target(context, server, spec.name, corpus), load, f"{spec.name} {name}",
-        related=(spec.encoder_name, spec.tokenizer_name),
-    )  # fmt: skip
+    measurement = context.measure(server, target, load, f"{spec.name} {name}", related=related)
     waste = padding_waste(before, read_counters(server, spec))
     result.add(mode.name, name, measurement, spec.encoder_name, waste)
 
@@ -223,17 +221,14 @@ def measure_sharing(
     """Short queries (open loop) while long passages keep the same server busy (closed loop)."""
     spec, settings = mode.spec(), context.profile.settings
     context.progress(f"{spec.name}: short queries with long passages sharing")
+    queries_target = _target(context, server, spec.name, queries)
+    passages_target = _target(context, server, spec.name, passages)
 
     async def both() -> list[Measurement]:
         return await asyncio.gather(
-            measure_async(
-                _target(context, server, spec.name, queries), load, settings, label="queries shared"
-            ),
-            measure_async(
-                _target(context, server, spec.name, passages), closed_loop(PASSAGES_IN_FLIGHT), settings,
-                label="passages",
-            ),
-        )  # fmt: skip
+            measure_async(queries_target, load, settings, label="queries shared"),
+            measure_async(passages_target, closed_loop(PASSAGES_IN_FLIGHT), settings, label="passages"),
+        )
 
     before = read_counters(server, spec)
     shared, busy = asyncio.run(both())

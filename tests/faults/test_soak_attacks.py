@@ -50,7 +50,6 @@ bursts' fuzzer is ``test_http_fuzz``'s.
 
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import random
@@ -92,7 +91,7 @@ from soak.attacks import (
     renamed_over,
     server_kept,
 )
-from soak.faults import FAULTS, Soak, refused
+from soak.faults import FAULTS, Soak, registration_refused
 from soak.mixed_load import PIPELINE
 from soak.report import SoakReport, own_restarts
 
@@ -207,10 +206,13 @@ def test_the_registration_verdict_refuses_a_wrong_answer(fault_server: TritonSer
     client = connect(protocol, url(fault_server, protocol))
     name = f"soak_verdict_{protocol}_{os.getpid()}"
     handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
-    register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
     try:
-        assert not refused(register, protocol, "has 2 links"), "an accepted registration counted as refused"
-        assert not refused(register, protocol), "a refusal for a name already there counted as forbidden"
+        assert not registration_refused(client, protocol, name, "has 2 links"), (
+            "an accepted registration counted as refused"
+        )
+        assert not registration_refused(client, protocol, name), (
+            "a refusal for a name already there counted as forbidden"
+        )
     finally:
         client.unregister_system_shared_memory(name)
         shared_memory.destroy_shared_memory_region(handle)

@@ -103,7 +103,7 @@ def _placed(case: Case, data: list[Carried]) -> tuple[list[Placed | None], list[
         else Placed(
             tensor.shm.region,
             tensor.shm.offset,
-            tensor.shm.size if tensor.shm.size is not None else len(carried.raw) + tensor.shm.size_delta,
+            len(carried.raw) if tensor.shm.size is None else tensor.shm.size,
         )
         for tensor, carried in zip(case.inputs, data, strict=True)
     ]
