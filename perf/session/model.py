@@ -207,7 +207,10 @@ class ModelSession:
         started = time.perf_counter()
         with self.watching(f"the reload of {config.label}"):
             loaded, overrides = self._overrides(config)
-            with contextlib.closing(httpclient.InferenceServerClient(self.server.http_url)) as client:
+            # a load starts stubs as a start does, and takes as long on a loaded host: not the client's 60 s
+            timeout_s = self.server.options.startup_timeout_s
+            client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=timeout_s)
+            with contextlib.closing(client):
                 for name, override in overrides.items():
                     admin.load_model(client, self.server.admin_key, name, config=override)
         self.current = config
