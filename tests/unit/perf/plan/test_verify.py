@@ -376,3 +376,28 @@ def test_every_reason_is_written_against_the_final_answer_not_an_earlier_rounds(
     assert first_round and all(reason.startswith("not measured: ") for reason in first_round)
     assert {j.strategy.label: j.reason for j in unmeasured} == predicted
     assert second.reason.startswith("demoted: ")
+
+
+def test_a_strategy_only_a_probe_run_measured_is_searched_before_it_stands_as_the_answer() -> None:
+    """The probe's run of the whole model held the budget above every point of the two architectures
+    searched: that strategy is the best point, but one run is no search, so it is searched from there on
+    its own session (as a searched one: up to where it holds) before it answers, at the rate it held."""
+    result = planned()
+    first, second = top_architectures(result, 2)
+    whole = next(j for j in result.judged if j.strategy.label == "whole model ×1, fp32, delay 0 ms")
+    assert whole not in (first, second)
+    probed_at = 10_000.0
+    sessions = {first.strategy.label: ScriptedSession(0.1 * first.rate),
+                second.strategy.label: ScriptedSession(0.1 * second.rate),
+                whole.strategy.label: ScriptedSession(2 * probed_at)}  # fmt: skip
+    assert all(0.1 * j.rate < probed_at for j in (first, second))
+    probed = SimpleNamespace(runs=[(BatcherConfig(32, 0), run(5.0, probed_at, rate=probed_at))])
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    probe_evidence(evidence, result, probed, "fp32", "recommender")
+    steps: list[str] = []
+    serve = lambda strategy: (sessions[strategy.label], None)  # noqa: E731
+    settled, rate = measure_plan(result, evidence, 2, serve, steps.append)
+    assert settled.chosen is whole
+    assert f"searching {whole.strategy.label} on the real server" in steps
+    assert sessions[whole.strategy.label].rates[0] > probed_at  # searched up from the probe's run
+    assert probed_at < rate <= 2 * probed_at and evidence.verdict(whole.strategy.label, rate) is Verdict.HOLDS
