@@ -148,8 +148,8 @@ def measure_plan(
 def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
     """The placed strategy with the best point that holds the budget is the pick, at that rate; the others say
     what measurement made of them (demoted, a lower measured rate, or not measured where measurement
-    overturned the prediction's pick), each against this answer: a reason an earlier round wrote against
-    another answer does not stay. ``NothingMeetsError`` where no point holds."""
+    overturned the prediction's pick), each against this answer (or none): a reason an earlier round wrote
+    against another answer does not stay. ``NothingMeetsError`` where no point holds."""
     labels = {j.strategy.label: j for j in placed(plan)}
     label, rate = evidence.best(keys=list(labels), prefer=list(labels)) or ("", 0.0)
     best = labels.get(label)
@@ -170,19 +170,20 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
                 f"demoted: measured over the budget at every rate tried (p99 {run.p99_ms:,.1f} ms at "
                 f"{at:,.0f}/s" + (f", predicted {other.rate:,.0f}/s within it)" if other.rate else ")")
             )
-        elif best is None:
-            continue
         elif other is not best and held:
             other.reason = f"lower measured rate: {held:,.0f}/s against {rate:,.0f}/s"
         elif not other.feasible or other_label in evidence.runs:
             continue
-        elif best is plan.chosen:  # written again: an earlier round's answer may have been another
-            other.reason = lost_to(other, best)
-        else:  # its predicted reason compared it with the prediction's pick, which measurement overturned
+        elif best is not None and best is not plan.chosen:
+            # its predicted reason compared it with the prediction's pick, which measurement overturned
             other.reason = (
                 f"not measured: predicted {other.rate:,.0f}/s, the pick measured within the budget up to "
                 f"{rate:,.0f}/s{'; ' + other.link_bound if other.link_bound else ''}"
             )
+        elif other is not plan.chosen:
+            # no answer overturned the prediction's pick: its comparison, written again (an earlier round's
+            # answer may have been another, since fallen)
+            other.reason = lost_to(other, plan.chosen)
     if best is None:
         raise evidence.nothing_meets(str)
     best.reason = ""

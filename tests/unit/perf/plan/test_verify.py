@@ -344,18 +344,19 @@ def test_where_no_probe_run_held_the_budget_the_closest_is_measured_again_and_se
     assert settled.chosen.strategy.label == "whole model ×1, fp32, delay 0 ms"
 
 
-def test_every_reason_is_written_against_the_final_answer_not_an_earlier_rounds() -> None:
+@pytest.mark.parametrize("pick_holds", [True, False])
+def test_every_reason_is_written_against_the_final_answer_not_an_earlier_rounds(pick_holds: bool) -> None:
     """The second architecture holds the budget higher and answers first, so the strategies not measured
     say "not measured … up to" its rate; a recheck (what the shapes step is) then misses it at every
-    rate, and the prediction's pick answers. The measured answer is the prediction's pick after all: the
-    others' reasons are the prediction's comparison with it again, none names the rate of the answer
-    that fell."""
+    rate, and the prediction's pick answers (``pick_holds``), or nothing holds. Either way no answer
+    overturned the prediction's pick: the others' reasons are the prediction's comparison with it again,
+    none names the rate of the answer that fell."""
     result = planned()
     first, second = top_architectures(result, 2)
     unmeasured = [j for j in result.judged if j.feasible and j not in (first, second)]
     assert unmeasured, "the narrow space predicts more than two strategies within the budget"
     predicted = {j.strategy.label: j.reason for j in unmeasured}
-    sessions = {first.strategy.label: ScriptedSession(0.3 * first.rate),
+    sessions = {first.strategy.label: ScriptedSession(0.3 * first.rate if pick_holds else 0.0),
                 second.strategy.label: ScriptedSession(0.6 * second.rate)}  # fmt: skip
     evidence: Evidence[str] = Evidence(BUDGET_MS)
     checked: list[str] = []
@@ -363,16 +364,22 @@ def test_every_reason_is_written_against_the_final_answer_not_an_earlier_rounds(
 
     def recheck(settled: Plan, rate: float) -> None:
         label = settled.chosen.strategy.label
+        if not checked:
+            first_round.extend(j.reason for j in unmeasured)
         checked.append(label)
         if label == second.strategy.label:  # from now on it misses wherever it is measured
-            first_round.extend(j.reason for j in unmeasured)
             sessions[label].capacity = 0.0
         evidence.add(label, rate, sessions[label].measure(poisson(rate, 0), f"shapes {label}"))
         decide(sessions[label], evidence, label, rate, lambda r: poisson(r, 0), f"re-measure {label}")
 
     serve = lambda strategy: (sessions[strategy.label], None)  # noqa: E731
-    settled, _ = measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
-    assert checked[0] == second.strategy.label and settled.chosen is first
+    if pick_holds:
+        settled, _ = measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
+        assert settled.chosen is first
+    else:
+        with pytest.raises(NothingMeetsError):
+            measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
+    assert checked[0] == second.strategy.label
     assert first_round and all(reason.startswith("not measured: ") for reason in first_round)
     assert {j.strategy.label: j.reason for j in unmeasured} == predicted
     assert second.reason.startswith("demoted: ")
