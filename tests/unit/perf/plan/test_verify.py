@@ -20,7 +20,7 @@ from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.plan import cli as plan_cli
-from perf.plan.document import VerificationRow, top_architectures
+from perf.plan.document import VerificationRow, plan_document, top_architectures
 from perf.plan.planner import NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.strategy import Space
 from perf.plan.topology import cpu_topology
@@ -373,15 +373,17 @@ def test_every_reason_is_written_against_the_final_answer_not_an_earlier_rounds(
         decide(sessions[label], evidence, label, rate, lambda r: poisson(r, 0), f"re-measure {label}")
 
     serve = lambda strategy: (sessions[strategy.label], None)  # noqa: E731
+    answered = result  # where nothing holds, plan.json is the plan's own with the verdict
     if pick_holds:
-        settled, _ = measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
-        assert settled.chosen is first
+        answered, _ = measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
+        assert answered.chosen is first
     else:
         with pytest.raises(NothingMeetsError):
             measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
     assert checked[0] == second.strategy.label
     assert first_round and all(reason.startswith("not measured: ") for reason in first_round)
-    assert {j.strategy.label: j.reason for j in unmeasured} == predicted
+    saved = plan_document(answered, (), verification_rows(answered, evidence), 0.0)  # plan.json, the report
+    assert {s.label: s.reason for s in saved.strategies if s.label in predicted} == predicted
     assert second.reason.startswith("demoted: ")
 
 
