@@ -173,11 +173,17 @@ def plan(
         where = f"within p99 {request.budget_ms:g} ms on {topology.name}"
         raise NoStrategyError(f"no strategy fits {where}: {reasons} (first: {first})", judged)
     for other in (j for j in judged[1:] if j.feasible):
-        lower = f"lower rate: {other.rate:,.0f}/s against {chosen.rate:,.0f}/s"
-        if other.rate >= (1 - TIE_SHARE) * chosen.rate:
-            lower = f"ties on rate ({other.rate:,.0f}/s); the pick needs no more devices, instances or delay"
-        other.reason = f"{lower}{'; ' + other.link_bound if other.link_bound else ''}"
+        other.reason = lost_to(other, chosen)
     return Plan(request, profile, topology, judged, chosen)
+
+
+def lost_to(other: Judged, chosen: Judged) -> str:
+    """Why the feasible ``other`` lost to the prediction's pick ``chosen``, by their predicted rates (and
+    where its links bound it, that too); verification writes it again where the pick answers after all."""
+    lower = f"lower rate: {other.rate:,.0f}/s against {chosen.rate:,.0f}/s"
+    if other.rate >= (1 - TIE_SHARE) * chosen.rate:
+        lower = f"ties on rate ({other.rate:,.0f}/s); the pick needs no more devices, instances or delay"
+    return f"{lower}{'; ' + other.link_bound if other.link_bound else ''}"
 
 
 def curve(judged: Judged, profile: ModelProfile, request: PlanRequest, points: int = 8) -> list[Prediction]:

@@ -16,7 +16,7 @@ from perf.measure.loads import Load, poisson
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.plan.document import VerificationRow, top_architectures
-from perf.plan.planner import Judged, Plan, Predictor
+from perf.plan.planner import Judged, Plan, Predictor, lost_to
 from perf.plan.profile import precision_variant, split_variants
 from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession, PipelineSession
@@ -148,7 +148,8 @@ def measure_plan(
 def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
     """The placed strategy with the best point that holds the budget is the pick, at that rate; the others say
     what measurement made of them (demoted, a lower measured rate, or not measured where measurement
-    overturned the prediction's pick). ``NothingMeetsError`` where no point holds."""
+    overturned the prediction's pick), each against this answer (or none): a reason an earlier round wrote
+    against another answer does not stay. ``NothingMeetsError`` where no point holds."""
     labels = {j.strategy.label: j for j in placed(plan)}
     label, rate = evidence.best(keys=list(labels), prefer=list(labels)) or ("", 0.0)
     best = labels.get(label)
@@ -169,16 +170,20 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
                 f"demoted: measured over the budget at every rate tried (p99 {run.p99_ms:,.1f} ms at "
                 f"{at:,.0f}/s" + (f", predicted {other.rate:,.0f}/s within it)" if other.rate else ")")
             )
-        elif best is None:
-            continue
         elif other is not best and held:
             other.reason = f"lower measured rate: {held:,.0f}/s against {rate:,.0f}/s"
-        elif other.feasible and other_label not in evidence.runs and best is not plan.chosen:
+        elif not other.feasible or other_label in evidence.runs:
+            continue
+        elif best is not None and best is not plan.chosen:
             # its predicted reason compared it with the prediction's pick, which measurement overturned
             other.reason = (
                 f"not measured: predicted {other.rate:,.0f}/s, the pick measured within the budget up to "
                 f"{rate:,.0f}/s{'; ' + other.link_bound if other.link_bound else ''}"
             )
+        elif other is not plan.chosen:
+            # no answer overturned the prediction's pick: its comparison, written again (an earlier round's
+            # answer may have been another, since fallen)
+            other.reason = lost_to(other, plan.chosen)
     if best is None:
         raise evidence.nothing_meets(str)
     best.reason = ""

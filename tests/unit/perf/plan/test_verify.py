@@ -20,7 +20,7 @@ from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.plan import cli as plan_cli
-from perf.plan.document import VerificationRow, top_architectures
+from perf.plan.document import VerificationRow, plan_document, top_architectures
 from perf.plan.planner import NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.strategy import Space
 from perf.plan.topology import cpu_topology
@@ -342,3 +342,71 @@ def test_where_no_probe_run_held_the_budget_the_closest_is_measured_again_and_se
     assert session.rates[0] == 50.0  # the probe's open point, measured again first
     assert rate == pytest.approx(at_rung(31)) and rate <= 40.0 < at_rung(32)  # the highest rung that held
     assert settled.chosen.strategy.label == "whole model ×1, fp32, delay 0 ms"
+
+
+@pytest.mark.parametrize("pick_holds", [True, False])
+def test_every_reason_is_written_against_the_final_answer_not_an_earlier_rounds(pick_holds: bool) -> None:
+    """The second architecture holds the budget higher and answers first, so the strategies not measured
+    say "not measured … up to" its rate; a recheck (what the shapes step is) then misses it at every
+    rate, and the prediction's pick answers (``pick_holds``), or nothing holds. Either way no answer
+    overturned the prediction's pick: the others' reasons are the prediction's comparison with it again,
+    none names the rate of the answer that fell."""
+    result = planned()
+    first, second = top_architectures(result, 2)
+    unmeasured = [j for j in result.judged if j.feasible and j not in (first, second)]
+    assert unmeasured, "the narrow space predicts more than two strategies within the budget"
+    predicted = {j.strategy.label: j.reason for j in unmeasured}
+    sessions = {first.strategy.label: ScriptedSession(0.3 * first.rate if pick_holds else 0.0),
+                second.strategy.label: ScriptedSession(0.6 * second.rate)}  # fmt: skip
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    checked: list[str] = []
+    first_round: list[str] = []
+
+    def recheck(settled: Plan, rate: float) -> None:
+        label = settled.chosen.strategy.label
+        if not checked:
+            first_round.extend(j.reason for j in unmeasured)
+        checked.append(label)
+        if label == second.strategy.label:  # from now on it misses wherever it is measured
+            sessions[label].capacity = 0.0
+        evidence.add(label, rate, sessions[label].measure(poisson(rate, 0), f"shapes {label}"))
+        decide(sessions[label], evidence, label, rate, lambda r: poisson(r, 0), f"re-measure {label}")
+
+    serve = lambda strategy: (sessions[strategy.label], None)  # noqa: E731
+    answered = result  # where nothing holds, plan.json is the plan's own with the verdict
+    if pick_holds:
+        answered, _ = measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
+        assert answered.chosen is first
+    else:
+        with pytest.raises(NothingMeetsError):
+            measure_plan(result, evidence, 2, serve, lambda text: None, recheck)
+    assert checked[0] == second.strategy.label
+    assert first_round and all(reason.startswith("not measured: ") for reason in first_round)
+    saved = plan_document(answered, (), verification_rows(answered, evidence), 0.0)  # plan.json, the report
+    assert {s.label: s.reason for s in saved.strategies if s.label in predicted} == predicted
+    assert second.reason.startswith("demoted: ")
+
+
+def test_a_strategy_only_a_probe_run_measured_is_searched_before_it_stands_as_the_answer() -> None:
+    """The probe's run of the whole model held the budget above every point of the two architectures
+    searched: that strategy is the best point, but one run is no search, so it is searched from there on
+    its own session (as a searched one: up to where it holds) before it answers, at the rate it held."""
+    result = planned()
+    first, second = top_architectures(result, 2)
+    whole = next(j for j in result.judged if j.strategy.label == "whole model ×1, fp32, delay 0 ms")
+    assert whole not in (first, second)
+    probed_at = 10_000.0
+    sessions = {first.strategy.label: ScriptedSession(0.1 * first.rate),
+                second.strategy.label: ScriptedSession(0.1 * second.rate),
+                whole.strategy.label: ScriptedSession(2 * probed_at)}  # fmt: skip
+    assert all(0.1 * j.rate < probed_at for j in (first, second))
+    probed = SimpleNamespace(runs=[(BatcherConfig(32, 0), run(5.0, probed_at, rate=probed_at))])
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    probe_evidence(evidence, result, probed, "fp32", "recommender")
+    steps: list[str] = []
+    serve = lambda strategy: (sessions[strategy.label], None)  # noqa: E731
+    settled, rate = measure_plan(result, evidence, 2, serve, steps.append)
+    assert settled.chosen is whole
+    assert f"searching {whole.strategy.label} on the real server" in steps
+    assert sessions[whole.strategy.label].rates[0] > probed_at  # searched up from the probe's run
+    assert probed_at < rate <= 2 * probed_at and evidence.verdict(whole.strategy.label, rate) is Verdict.HOLDS

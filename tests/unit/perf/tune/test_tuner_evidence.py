@@ -257,3 +257,25 @@ def test_a_shortlisted_configuration_refuted_below_a_point_that_held_says_so(unh
         refuted, points=tuple(dataclasses.replace(p, verdict="misses") for p in searched.points)
     )
     assert held_up_to(missed) == "none held"
+
+
+def test_a_configuration_only_a_probe_run_measured_is_searched_before_it_stands_as_the_answer() -> None:
+    """The shortlist (one family) holds the budget up to 600/s, the probe's run of another configuration
+    held it higher: that one is the best point, but a probe run is no search, so it is searched from there
+    (as the shortlist is: up to where it holds) before it is verified and answers."""
+
+    def capacity(config: BatcherConfig) -> float:
+        return 600.0 if (config.instances, config.max_batch_size) == (2, 8) else by_family(config)
+
+    server = ScriptedServer(LINEAR, BUDGET_MS, capacity, seed=1)
+    result = tuned(server, shortlist=1)
+    assert [candidate.config.max_batch_size for candidate in result.shortlist[:1]] == [8]
+    chosen = result.chosen
+    probed = max(
+        run.load.rate for config, run in result.probe.runs if config == chosen and run.meets(BUDGET_MS)
+    )
+    assert chosen.max_batch_size == 32 and probed > 600.0  # a probe run's configuration
+    assert chosen in [candidate.config for candidate in result.shortlist]
+    assert any(config == chosen and label.startswith("search ") for config, _, label in server.made)
+    assert result.operating_rate == pytest.approx(highest_rung_within(capacity(chosen)))
+    assert result.operating_rate > probed  # searched up from the probe's run
