@@ -410,6 +410,16 @@ class PendingWatch:
             self.most = max(self.most, waiting)
 
 
+def encoder_quiet(metrics_url: str) -> None:
+    """Wait until Triton has none of the encoder's requests waiting (``ANSWER_WITHIN_S``: a hang guard)."""
+    quiet_by = time.monotonic() + ANSWER_WITHIN_S
+    while time.monotonic() < quiet_by:
+        with contextlib.suppress(OSError):  # no read this time: the next one tells
+            if pending(metrics_url, ENCODER) == 0:
+                return
+        time.sleep(0.1)
+
+
 # a share attack: (the encoder's input names, each input's shape [rows, tokens], a read of Triton's
 # count to call after each wave) -> whether every answer was right
 ShareAttack = Callable[[tuple[str, ...], list[int], Callable[[], None]], bool]
@@ -418,7 +428,7 @@ ShareAttack = Callable[[tuple[str, ...], list[int], Callable[[], None]], bool]
 def within_share(soak: Soak, what: str, share: int, attack: ShareAttack) -> None:
     """Record ``what`` (when the encoder is served): right when ``attack`` got only right answers, Triton
     never had more than ``share`` of the encoder's requests waiting (and was read at all), and the
-    server was kept."""
+    server was kept. It begins and ends with none of the encoder's requests waiting in Triton."""
     inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
@@ -427,15 +437,11 @@ def within_share(soak: Soak, what: str, share: int, attack: ShareAttack) -> None
     tokens = min([ENCODER_TOKENS, *(dims[-1] for dims in longest.values())])
     shape = [max(1, min(config.get("max_batch_size", 1), REQUEST_TOKENS // tokens)), tokens]
     pid, stubs = soak.server.pid, soak.stub_pids()
-    quiet_by = time.monotonic() + ANSWER_WITHIN_S  # none waiting first: what is counted is this run's
-    while time.monotonic() < quiet_by:
-        with contextlib.suppress(OSError):  # no read this time: the next one tells
-            if pending(soak.server.metrics_url, ENCODER) == 0:
-                break
-        time.sleep(0.1)
+    encoder_quiet(soak.server.metrics_url)  # none waiting first: what is counted is this run's
     with PendingWatch(soak.server.metrics_url, ENCODER) as watch:
         answers_right = attack(inputs, shape, watch.read_again)
         watch.read_again()
+    encoder_quiet(soak.server.metrics_url)  # and none after: the next fault finds no queue of theirs
     soak.report.waited(what, watch.most, share, shape)
     within = watch.reads > 0 and watch.most <= share
     if not within:
