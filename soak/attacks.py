@@ -66,8 +66,11 @@ SHARES = SlotLimits()  # the fronts' shares, as the soak serves them
 SHARE_REFUSAL = "requests waiting on tritonserver, its share"  # a share's 429 / RESOURCE_EXHAUSTED (row 38)
 WAVES = 5  # bursts of a share's worth each: while the first is held in Triton, the next are refused
 HANG_UP_AFTER_S = 0.2  # a wave's connections are closed this long after it was sent, answered or not
-# tokens of each request (fewer if the encoder takes fewer): a wave still waits when the next comes
-ENCODER_TOKENS = 64
+ENCODER_TOKENS = 64  # tokens of each request's rows (fewer if the encoder takes fewer)
+# rows × tokens of each request (rows up to the encoder's max_batch_size): so much work that a wave still
+# waits in Triton when the next comes, and a front that freed their slots at once lets Triton hold
+# several waves: the waiting count then exceeds the share (rows 38 and 78)
+REQUEST_TOKENS = 512
 # a share attack's answers, and what each must say: served, or refused beyond the share (rows 38, 78)
 SHARE_ANSWERS = {200: "", "OK": "", 429: SHARE_REFUSAL, "RESOURCE_EXHAUSTED": SHARE_REFUSAL}
 
@@ -407,32 +410,39 @@ class PendingWatch:
             self.most = max(self.most, waiting)
 
 
-# a share attack: (the encoder's input names, the tokens a request carries, a read of Triton's count
-# to call after each wave) -> whether every answer was right
-ShareAttack = Callable[[tuple[str, ...], int, Callable[[], None]], bool]
+def encoder_quiet(metrics_url: str) -> None:
+    """Wait until Triton has none of the encoder's requests waiting (``ANSWER_WITHIN_S``: a hang guard)."""
+    quiet_by = time.monotonic() + ANSWER_WITHIN_S
+    while time.monotonic() < quiet_by:
+        with contextlib.suppress(OSError):  # no read this time: the next one tells
+            if pending(metrics_url, ENCODER) == 0:
+                return
+        time.sleep(0.1)
+
+
+# a share attack: (the encoder's input names, each input's shape [rows, tokens], a read of Triton's
+# count to call after each wave) -> whether every answer was right
+ShareAttack = Callable[[tuple[str, ...], list[int], Callable[[], None]], bool]
 
 
 def within_share(soak: Soak, what: str, share: int, attack: ShareAttack) -> None:
     """Record ``what`` (when the encoder is served): right when ``attack`` got only right answers, Triton
     never had more than ``share`` of the encoder's requests waiting (and was read at all), and the
-    server was kept."""
+    server was kept. It begins and ends with none of the encoder's requests waiting in Triton."""
     inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
-    parameters = soak.client.get_model_config(ENCODER).get("parameters", {})
-    longest = json.loads(parameters.get("input_max_shapes", {}).get("string_value", "{}"))
+    config = soak.client.get_model_config(ENCODER)
+    longest = json.loads(config.get("parameters", {}).get("input_max_shapes", {}).get("string_value", "{}"))
     tokens = min([ENCODER_TOKENS, *(dims[-1] for dims in longest.values())])
+    shape = [max(1, min(config.get("max_batch_size", 1), REQUEST_TOKENS // tokens)), tokens]
     pid, stubs = soak.server.pid, soak.stub_pids()
-    quiet_by = time.monotonic() + ANSWER_WITHIN_S  # none waiting first: what is counted is this run's
-    while time.monotonic() < quiet_by:
-        with contextlib.suppress(OSError):  # no read this time: the next one tells
-            if pending(soak.server.metrics_url, ENCODER) == 0:
-                break
-        time.sleep(0.1)
+    encoder_quiet(soak.server.metrics_url)  # none waiting first: what is counted is this run's
     with PendingWatch(soak.server.metrics_url, ENCODER) as watch:
-        answers_right = attack(inputs, tokens, watch.read_again)
+        answers_right = attack(inputs, shape, watch.read_again)
         watch.read_again()
-    soak.report.waited(what, watch.most, share)
+    encoder_quiet(soak.server.metrics_url)  # and none after: the next fault finds no queue of theirs
+    soak.report.waited(what, watch.most, share, shape)
     within = watch.reads > 0 and watch.most <= share
     if not within:
         log.error("%s: Triton had %g waiting (share %d, %d reads)", what, watch.most, share, watch.reads)
@@ -449,8 +459,8 @@ def hung_up_inferences(soak: Soak) -> None:
     closed once sent (fault matrix row 38): a forwarded inference keeps its slot until Triton answers."""
     share, front = SHARES.per_address, address(soak.server.http_url)
 
-    def attack(inputs: tuple[str, ...], tokens: int, read: Callable[[], None]) -> bool:
-        raw = encoder_json(inputs, [1, tokens], [1] * tokens).raw()
+    def attack(inputs: tuple[str, ...], shape: list[int], read: Callable[[], None]) -> bool:
+        raw = encoder_json(inputs, shape, [1] * shape[0] * shape[1]).raw()
         replies = []
         for _ in range(WAVES):
             replies += hang_ups(front, raw, share, HANG_UP_AFTER_S, ATTACKER)
@@ -470,11 +480,11 @@ def reset_calls(soak: Soak) -> None:
     block = raw_grpc.call_headers(SERVICE + "ModelInfer", [], ANSWER_WITHIN_S)
     front, wave = address(soak.server.grpc_url), 2 * SHARES.per_address  # a client's streams are odd
 
-    def attack(inputs: tuple[str, ...], tokens: int, read: Callable[[], None]) -> bool:
+    def attack(inputs: tuple[str, ...], shape: list[int], read: Callable[[], None]) -> bool:
         request = service_pb2.ModelInferRequest(model_name=ENCODER)
         for name in inputs:
-            request.inputs.add(name=name, datatype="INT64", shape=[1, tokens])
-            request.raw_input_contents.append(np.ones((1, tokens), np.int64).tobytes())
+            request.inputs.add(name=name, datatype="INT64", shape=shape)
+            request.raw_input_contents.append(np.ones(shape, np.int64).tobytes())
         data = raw_grpc.message(request.SerializeToString())
         # one call answered first: the front has the encoder's config when the resets come, as the fault
         # test has it (a front still fetching it saw calls reset before it forwarded them)

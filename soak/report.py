@@ -69,8 +69,9 @@ class SoakReport:
     refused_after_drain: int = 0
     outages: list[Outage] = field(default_factory=list)
     checks: dict[str, Check] = field(default_factory=dict)  # what each answered fault must get
-    # a share attack's check: the most of its requests Triton had waiting at once, and that share
-    most_waiting: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # a share attack's check: the most of its requests Triton had waiting at once, that share, and the
+    # shape of its requests (rows, tokens)
+    most_waiting: dict[str, tuple[float, int, list[int]]] = field(default_factory=dict)
     server_restarts: list[str] = field(default_factory=list)  # deaths the soak did not cause: why each
     server_deaths: list[str] = field(default_factory=list)  # "<pid> <cause>" of every server that died
     server_kills: list[int] = field(default_factory=list)  # pids of the servers the soak killed itself
@@ -87,9 +88,10 @@ class SoakReport:
     def check(self, what: str) -> Check:
         return self.checks.setdefault(what, Check())
 
-    def waited(self, what: str, most: float, share: int) -> None:
-        """Keep the most of ``what``'s requests Triton had waiting at once, over all its runs."""
-        self.most_waiting[what] = (max(most, self.most_waiting.get(what, (0.0, share))[0]), share)
+    def waited(self, what: str, most: float, share: int, shape: list[int]) -> None:
+        """Keep the most of ``what``'s requests (each of ``shape``) Triton had waiting at once, over all
+        its runs."""
+        self.most_waiting[what] = (max(most, self.most_waiting.get(what, (0.0,))[0]), share, shape)
 
     @property
     def passed(self) -> bool:
@@ -144,8 +146,9 @@ class SoakReport:
                 f"fault to recovered {_spread(recoveries)}"
             )
         waiting = {
-            what: f"; most of them waiting in tritonserver at once {most:g} (their share {share})"
-            for what, (most, share) in self.most_waiting.items()
+            what: f"; most of them waiting in tritonserver at once {most:g} (their share {share}; each "
+            f"request {shape[0]} × {shape[1]} tokens)"
+            for what, (most, share, shape) in self.most_waiting.items()
         }
         drained_pid = self.server_pids[-1] if self.server_pids else "?"
         verdict = "expected" if self.exit_expected else "UNEXPECTED"

@@ -15,7 +15,9 @@ wants is the fault's own code (``soak.attacks``, ``soak.faults``); the rows it c
 * ``shm-identity``: a hard link to a stub's region, a stub's region renamed over a client's (43, 44);
 * ``truncate-race``: a client's region truncated while the front copies through it (row 45);
 * ``hang-ups``, ``resets``: inferences hung up once sent over HTTP and calls reset once sent over gRPC,
-  from an address of their own (rows 38 and 78);
+  from an address of their own (rows 38 and 78), each request so much of the encoder's work that a wave
+  still waits in Triton when the next comes: their verdict holds the most of them Triton had waiting at
+  once to their share, so a front that freed a hung-up or reset request's slot at once fails it;
 * ``shm``, ``bad``, ``overflow`` (``soak.faults``): a stub's own region registered, a wrong dtype, the
   overflowing gRPC shape.
 

@@ -49,11 +49,11 @@ def test_the_report_keeps_the_most_waiting_of_all_runs_beside_its_check() -> Non
     what = "HTTP inferences hung up once sent"
     for most in (12.0, 61.0, 3.0):
         report.check(what).record(True)
-        report.waited(what, most, 64)
-    assert report.most_waiting == {what: (61.0, 64)}
+        report.waited(what, most, 64, [8, 64])
+    assert report.most_waiting == {what: (61.0, 64, [8, 64])}
     assert (
-        f"  {what}: 3, answered right: 3; most of them waiting in tritonserver at once 61 (their share 64)"
-        in (report.text().splitlines())
+        f"  {what}: 3, answered right: 3; most of them waiting in tritonserver at once 61 (their share 64; "
+        "each request 8 × 64 tokens)" in (report.text().splitlines())
     )
 
 
