@@ -58,25 +58,43 @@ def _stub_from_proc(pid: int, state: str) -> Stub | None:
     return Stub(pid, version.parent.name, version.name, instance, region, alive=True, state=state)
 
 
+def _schedstat_activity(task: str) -> int | None:
+    """A thread's time on a CPU (ns) plus the times it was given one: one small file."""
+    counts = read_proc(f"{task}/schedstat")
+    if counts is None:
+        return None
+    on_cpu_ns, _, timeslices = counts.split()
+    return int(on_cpu_ns) + int(timeslices)
+
+
+def _stat_activity(task: str) -> int | None:
+    """A thread's CPU ticks plus context switches, for a kernel whose ``schedstat`` counts nothing."""
+    fields, status = stat_fields(Path(task, "stat")), read_proc(f"{task}/status")
+    if fields is None or status is None:
+        return None
+    switches = sum(int(line.split()[1]) for line in status.splitlines() if b"ctxt_switches" in line)
+    return int(fields[11]) + int(fields[12]) + switches  # utime, stime (fields 14 and 15 of stat)
+
+
+def _schedstat_counts() -> bool:
+    """Whether ``schedstat`` counts here: a kernel without sched_info has no file or writes zeros, and
+    this thread has been given a CPU at least once."""
+    counts = read_proc("/proc/thread-self/schedstat")
+    return counts is not None and int(counts.split()[2]) > 0
+
+
+THREAD_ACTIVITY = _schedstat_activity if _schedstat_counts() else _stat_activity
+
+
 def activity(pid: int) -> int | None:
-    """Context switches plus CPU ticks over all threads of ``pid``: it stays the same only while no
-    thread runs. None once the process is gone."""
-    total = 0
+    """What the threads of ``pid`` have run, summed: it stays the same only while no thread runs. None
+    once the process is gone."""
     try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    for task in tasks:
-        fields = stat_fields(task / "stat")
-        if fields is None:
-            continue  # a thread that has just exited
-        try:
-            status = (task / "status").read_text()
-        except OSError:
-            continue  # likewise
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-        total += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
-    return total
+    counts = (THREAD_ACTIVITY(f"/proc/{pid}/task/{tid}") for tid in tids)
+    return sum(count for count in counts if count is not None)  # None: a thread that has just exited
 
 
 class StubScan:

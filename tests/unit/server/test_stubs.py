@@ -18,10 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from server import stubs
+from server.proc_stat import stop
 from server.stubs import (
     FUTEX_TID_MASK,
     Stub,
     StubScan,
+    activity,
     kill_stray_stubs,
     owned_mutexes,
     server_stubs,
@@ -105,6 +108,36 @@ def test_a_repeated_scan_finds_a_child_once_it_has_become_a_stub(tmp_path: Path)
         child.kill()
         child.wait()
     assert found() == []
+
+
+TICKING = "import threading, time\ndef tick():\n    while True:\n        time.sleep(0.3)\n"
+TICKING += "threading.Thread(target=tick).start()\nprint('ready', flush=True)\ntime.sleep(60)\n"
+
+
+@pytest.mark.parametrize("reader", [stubs._schedstat_activity, stubs._stat_activity])
+def test_activity_moves_while_a_thread_wakes_and_stands_still_while_stopped(
+    monkeypatch: pytest.MonkeyPatch, reader: Callable[[str], int | None]
+) -> None:
+    """A stub's health thread wakes every 300 ms and uses next to no CPU (no tick of it may be
+    counted): such a process must count as running; a stopped one must not (either reader)."""
+    monkeypatch.setattr(stubs, "THREAD_ACTIVITY", reader)
+    child = subprocess.Popen([sys.executable, "-c", TICKING], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"  # started: idle from now
+        first, deadline = activity(child.pid), time.monotonic() + 10  # a hang guard
+        while activity(child.pid) == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert activity(child.pid) != first
+        assert stop(child.pid, 10.0)
+        counts = []
+        for _ in range(5):  # a thread marked stopped may still be switched out once more
+            counts.append(activity(child.pid))
+            time.sleep(0.3)
+        assert counts[-1] == counts[-2] and counts[-1] is not None
+    finally:
+        child.kill()
+        child.wait()
+    assert activity(child.pid) is None
 
 
 @pytest.fixture
