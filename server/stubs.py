@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from server.proc_stat import EXITED, STOPPED_STATES, stat_fields
+from server.proc_stat import EXITED, STOPPED_STATES, read_proc, stat_fields
 
 STUB_NAME = b"triton_python_backend_stub"
 SCANNED_WORDS = 1 << 16  # a region's first 256 KiB: the pool's header and the IPC control are there
+ARGV_BYTES = 1 << 16  # room for a stub's argv: its paths and names
 FUTEX_TID_MASK = 0x3FFFFFFF  # a locked robust mutex's lock word: owner thread id plus two flag bits
 
 
@@ -42,16 +43,13 @@ class Stub:
         return self.state in STOPPED_STATES
 
 
-def _stub_from_proc(pid: int, parent: int | None) -> Stub | None:
-    fields = stat_fields(pid)
-    if fields is None or (parent is not None and int(fields[1]) != parent):
+def _stub_from_proc(pid: int, state: str) -> Stub | None:
+    """The stub of ``pid`` (in ``state``, from its ``stat``), or None if it is another program."""
+    argv = read_proc(f"/proc/{pid}/cmdline", ARGV_BYTES)
+    if argv is None:
         return None
-    state = fields[0]
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    if state in EXITED or not argv or not argv[0]:
+    argv = argv.split(b"\0")
+    if state in EXITED or not argv[0]:
         return Stub(pid, "", "", "", "", alive=False, state=state)  # a zombie has no argv; matched by pid
     if not argv[0].endswith(STUB_NAME) or len(argv) < 9:
         return None
@@ -60,31 +58,75 @@ def _stub_from_proc(pid: int, parent: int | None) -> Stub | None:
     return Stub(pid, version.parent.name, version.name, instance, region, alive=True, state=state)
 
 
+def _schedstat_activity(task: str) -> int | None:
+    """A thread's time on a CPU (ns) plus the times it was given one: one small file."""
+    counts = read_proc(f"{task}/schedstat")
+    if counts is None:
+        return None
+    on_cpu_ns, _, timeslices = counts.split()
+    return int(on_cpu_ns) + int(timeslices)
+
+
+def _stat_activity(task: str) -> int | None:
+    """A thread's CPU ticks plus context switches, for a kernel whose ``schedstat`` counts nothing."""
+    fields, status = stat_fields(Path(task, "stat")), read_proc(f"{task}/status")
+    if fields is None or status is None:
+        return None
+    switches = sum(int(line.split()[1]) for line in status.splitlines() if b"ctxt_switches" in line)
+    return int(fields[11]) + int(fields[12]) + switches  # utime, stime (fields 14 and 15 of stat)
+
+
+def _schedstat_counts() -> bool:
+    """Whether ``schedstat`` counts here: a kernel without sched_info has no file or writes zeros, and
+    this thread has been given a CPU at least once."""
+    counts = read_proc("/proc/thread-self/schedstat")
+    return counts is not None and int(counts.split()[2]) > 0
+
+
+THREAD_ACTIVITY = _schedstat_activity if _schedstat_counts() else _stat_activity
+
+
 def activity(pid: int) -> int | None:
-    """Context switches plus CPU ticks over all threads of ``pid``: it stays the same only while no
-    thread runs. None once the process is gone."""
-    total = 0
+    """What the threads of ``pid`` have run, summed: it stays the same only while no thread runs. None
+    once the process is gone."""
     try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    for task in tasks:
-        fields = stat_fields(task / "stat")
-        if fields is None:
-            continue  # a thread that has just exited
-        try:
-            status = (task / "status").read_text()
-        except OSError:
-            continue  # likewise
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-        total += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
-    return total
+    counts = (THREAD_ACTIVITY(f"/proc/{pid}/task/{tid}") for tid in tids)
+    return sum(count for count in counts if count is not None)  # None: a thread that has just exited
+
+
+class StubScan:
+    """The stub processes that are children of ``parent`` (any: None), live or not yet reaped, read
+    anew at each call. A process whose parent is another stays so while it lives (an orphan goes to
+    init or a subreaper, never to ``parent``), so a repeated scan skips the pids it has seen to be
+    others' and reads only ``parent``'s children and new pids: the watchdog scans four times a second on
+    a host of a few hundred processes. A pid that leaves ``/proc`` is forgotten: it may come back as
+    another process."""
+
+    def __init__(self, parent: int | None) -> None:
+        self.parent = parent
+        self._others: set[int] = set()
+
+    def __call__(self) -> list[Stub]:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+        self._others.intersection_update(pids)
+        stubs = []
+        for pid in pids:
+            fields = None if pid in self._others else stat_fields(pid)
+            if fields is None:
+                continue
+            if self.parent is not None and int(fields[1]) != self.parent:
+                self._others.add(pid)
+            elif (stub := _stub_from_proc(pid, fields[0])) is not None:
+                stubs.append(stub)
+        return stubs
 
 
 def server_stubs(parent: int | None) -> list[Stub]:
     """The stub processes that are children of ``parent`` (any: None), live or not yet reaped."""
-    read = (_stub_from_proc(int(entry), parent) for entry in os.listdir("/proc") if entry.isdigit())
-    return [stub for stub in read if stub is not None]
+    return StubScan(parent)()
 
 
 def stubs_with_prefix(prefix: str) -> list[int]:

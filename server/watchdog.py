@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 from server.admin import load_model, serving_versions
 from server.proc_stat import running, stop
 from server.records import write_record
-from server.stubs import Stub, activity, owned_mutexes, server_stubs
+from server.stubs import Stub, StubScan, activity, owned_mutexes
 
 log = logging.getLogger(__name__)
 DIED = "died"
@@ -90,6 +90,7 @@ class Watchdog:
         self._progress: dict[str, tuple[float, float]] = {}  # model -> (progress count, monotonic since)
         self._progress_read_at = 0.0
         self.state = state or WatchdogState()  # a restarted server's watchdog keeps the history
+        self._scan = StubScan(server_pid)  # the server's stubs, read from /proc at each call
         self._known: dict[int, Stub] = {}  # live stubs seen, by pid (a zombie has lost its argv)
         self._live: list[Stub] = []  # the live stubs of the latest poll
         self._activity: dict[int, tuple[int, float]] = {}  # pid -> (activity, monotonic time it last changed)
@@ -124,7 +125,7 @@ class Watchdog:
 
     def dead_stubs(self, scan: list[Stub] | None = None) -> list[Stub]:
         """Stubs seen alive earlier that are gone now, whose instance no live stub serves."""
-        self._live = [s for s in (server_stubs(self.server_pid) if scan is None else scan) if s.alive]
+        self._live = [s for s in (self._scan() if scan is None else scan) if s.alive]
         seen, self._known = self._known, {s.pid: s for s in self._live}
         live_instances = {s.instance for s in self._live}
         return [s for pid, s in seen.items() if pid not in self._known and s.instance not in live_instances]
@@ -219,7 +220,7 @@ class Watchdog:
         if killed:
             deadline = time.monotonic() + KILL_WAIT_S
             while time.monotonic() < deadline and any(
-                s.pid in self._killed and s.alive for s in server_stubs(self.server_pid)
+                s.pid in self._killed and s.alive for s in self._scan()
             ):
                 time.sleep(0.05)
         return killed
@@ -229,9 +230,9 @@ class Watchdog:
         if not running(self.server_pid):
             self._server_gone()
             return []
-        scan = server_stubs(self.server_pid)
+        scan = self._scan()
         if self._kill_hung(scan):
-            scan = server_stubs(self.server_pid)  # the killed stubs are gone now: heal them in this poll
+            scan = self._scan()  # the killed stubs are gone now: heal them in this poll
         for stub in self.dead_stubs(scan):
             self._waiting.setdefault(stub.model, []).append(stub)
         started = []

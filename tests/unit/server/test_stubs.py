@@ -12,15 +12,19 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from server import stubs
+from server.proc_stat import stop
 from server.stubs import (
     FUTEX_TID_MASK,
     Stub,
+    StubScan,
+    activity,
     kill_stray_stubs,
     owned_mutexes,
     server_stubs,
@@ -35,14 +39,19 @@ def _ours(pid: int) -> list[Stub]:
     return [stub for stub in server_stubs(os.getpid()) if stub.pid == pid]
 
 
-def test_a_stub_is_found_by_its_server_and_its_region_then_killed_as_a_stray(tmp_path: Path) -> None:
+def stub_argv(tmp_path: Path, prefix: str) -> list[str]:
+    """A stub's argv as Triton writes it, its model file a Python script that sleeps a minute."""
     model_file = tmp_path / "recommender" / "3" / "model.py"
     model_file.parent.mkdir(parents=True)
     model_file.write_text("import time\ntime.sleep(60)\n")
-    prefix = f"tbtest{uuid.uuid4().hex[:8]}_"
     argv = ["/opt/backends/python/triton_python_backend_stub", str(model_file), f"{prefix}region"]
     argv += ["1048576", "1048576", str(os.getpid()), "/opt/backends/python", "handle", "recommender_0_0"]
-    stub = subprocess.Popen(argv, executable=sys.executable)
+    return argv
+
+
+def test_a_stub_is_found_by_its_server_and_its_region_then_killed_as_a_stray(tmp_path: Path) -> None:
+    prefix = f"tbtest{uuid.uuid4().hex[:8]}_"
+    stub = subprocess.Popen(stub_argv(tmp_path, prefix), executable=sys.executable)
     try:
         deadline = time.monotonic() + 10
         while not any(s.alive for s in _ours(stub.pid)) and time.monotonic() < deadline:
@@ -64,6 +73,71 @@ def test_a_stub_is_found_by_its_server_and_its_region_then_killed_as_a_stray(tmp
         stub.kill()
         stub.wait()
     assert _ours(stub.pid) == []
+
+
+EXEC_ON_A_LINE = "import os, sys\nsys.stdin.readline()\nos.execv(sys.executable, sys.argv[1:])"
+
+
+def _until(found: Callable[[], list[Stub]], alive: bool) -> list[Stub]:
+    deadline = time.monotonic() + 10  # a hang guard: the child runs when the host lets it
+    while [s.alive for s in found()] != [alive] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found()
+
+
+def test_a_repeated_scan_finds_a_child_once_it_has_become_a_stub(tmp_path: Path) -> None:
+    """Triton forks, then the child execs the stub: a scan between the two sees the server's child as
+    another program, and a later scan by the same ``StubScan`` must find the stub all the same."""
+    argv = stub_argv(tmp_path, f"tbtest{uuid.uuid4().hex[:8]}_")
+    child = subprocess.Popen([sys.executable, "-c", EXEC_ON_A_LINE, *argv], stdin=subprocess.PIPE)
+    scan = StubScan(os.getpid())
+
+    def found() -> list[Stub]:
+        return [stub for stub in scan() if stub.pid == child.pid]
+
+    try:
+        assert found() == []  # not a stub yet
+        assert child.stdin is not None
+        child.stdin.write(b"\n")
+        child.stdin.flush()
+        (stub,) = _until(found, alive=True)
+        assert (stub.model, stub.version, stub.instance) == ("recommender", "3", "recommender_0_0")
+        child.kill()
+        assert [s.alive for s in _until(found, alive=False)] == [False]  # a zombie until reaped
+    finally:
+        child.kill()
+        child.wait()
+    assert found() == []
+
+
+TICKING = "import threading, time\ndef tick():\n    while True:\n        time.sleep(0.3)\n"
+TICKING += "threading.Thread(target=tick).start()\nprint('ready', flush=True)\ntime.sleep(60)\n"
+
+
+@pytest.mark.parametrize("reader", [stubs._schedstat_activity, stubs._stat_activity])
+def test_activity_moves_while_a_thread_wakes_and_stands_still_while_stopped(
+    monkeypatch: pytest.MonkeyPatch, reader: Callable[[str], int | None]
+) -> None:
+    """A stub's health thread wakes every 300 ms and uses next to no CPU (no tick of it may be
+    counted): such a process must count as running; a stopped one must not (either reader)."""
+    monkeypatch.setattr(stubs, "THREAD_ACTIVITY", reader)
+    child = subprocess.Popen([sys.executable, "-c", TICKING], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"  # started: idle from now
+        first, deadline = activity(child.pid), time.monotonic() + 10  # a hang guard
+        while activity(child.pid) == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert activity(child.pid) != first
+        assert stop(child.pid, 10.0)
+        counts = []
+        for _ in range(5):  # a thread marked stopped may still be switched out once more
+            counts.append(activity(child.pid))
+            time.sleep(0.3)
+        assert counts[-1] == counts[-2] and counts[-1] is not None
+    finally:
+        child.kill()
+        child.wait()
+    assert activity(child.pid) is None
 
 
 @pytest.fixture
