@@ -1,6 +1,8 @@
 """Saved documents (``result.json``, ``plan.json``): frozen dataclasses written as JSON and read back
 through the same types (pydantic validates them), so a renamed field, a figure of the wrong type or a
-missing section fails as the file is read, naming the field, not as a ``KeyError`` deep in a report."""
+missing section fails as the file is read, naming the field, not as a ``KeyError`` deep in a report. A
+key no type has any more (a figure dropped since the file was written) is passed over, so older files
+still read."""
 
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ class GpuFigures:
     index: int
     name: str
     memory_mib: float
-    used_mib: float  # already in use when the topology was read
 
 
 @dataclass(frozen=True)
@@ -135,10 +134,7 @@ def plan_document(
     """The document of ``plan`` (its pick placed) with what the run measured."""
     chosen, topology = plan.chosen, plan.topology
     assert chosen.placement is not None
-    gpus = tuple(
-        GpuFigures(g.index, g.name, g.memory.total_bytes / MIB, g.memory.used_bytes / MIB)
-        for g in topology.gpus
-    )
+    gpus = tuple(GpuFigures(g.index, g.name, g.memory.total_bytes / MIB) for g in topology.gpus)
     return PlanDocument(
         model=plan.profile.model, budget_ms=plan.request.budget_ms, max_rel_error=plan.request.max_error,
         topology=TopologyFigures(topology.name, gpus, tuple(topology.warnings)),

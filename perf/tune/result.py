@@ -30,7 +30,6 @@ class RunFigures:
     p99_ms: float | None
     sent: int
     failed: int
-    met_rate: bool
     stable: bool
     mean_batch: float
     batches: dict[str, int]  # batch size -> executions Triton formed of it
@@ -56,7 +55,6 @@ class PredictionFigures:
     p99_ms: float
     served: float
     mean_batch: float
-    met_rate: bool
     cpu_cores: float
 
 
@@ -174,8 +172,8 @@ def run_figures(run: Measurement, noise: NoisePolicy) -> RunFigures:
     cpu = run.server.cpu_load() if run.server else (math.nan, math.nan, math.nan)
     return RunFigures(
         label=run.label, offered=run.offered, served=summary.throughput, p50_ms=_finite(summary.p50_ms),
-        p99_ms=_finite(summary.p99_ms), sent=summary.requests, failed=summary.failed, met_rate=run.sustained,
-        stable=run.stable, mean_batch=run.stats.mean_batch,
+        p99_ms=_finite(summary.p99_ms), sent=summary.requests, failed=summary.failed, stable=run.stable,
+        mean_batch=run.stats.mean_batch,
         batches={str(size): bucket.executions for size, bucket in sorted(run.stats.batches.items())},
         cpu_cores=_finite(cpu[2]), stolen_pct=_finite(100 * run.stolen_share),
         host_noise=noise.holds_noise(run), engine=run.engine, samples=run.samples, too_few=run.too_few,
@@ -185,8 +183,7 @@ def run_figures(run: Measurement, noise: NoisePolicy) -> RunFigures:
 def prediction_figures(prediction: Prediction, cores: int) -> PredictionFigures:
     return PredictionFigures(
         rate=prediction.rate, p99_ms=prediction.p99_ms, served=prediction.throughput,
-        mean_batch=prediction.mean_batch, met_rate=prediction.sustained,
-        cpu_cores=prediction.cpu_utilization * cores,
+        mean_batch=prediction.mean_batch, cpu_cores=prediction.cpu_utilization * cores,
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perf.errors import OptionError
-from perf.plan.document import PlanDocument, plan_document, render, top_architectures
+from perf.plan.document import GpuFigures, PlanDocument, plan_document, render, top_architectures
 from perf.saved import load_document, save_document
 from perf.session.shapes_section import ShapesFigures
 from tests.unit.perf.plan.test_shapes import SECTION
@@ -52,6 +52,20 @@ def test_a_plan_json_with_a_field_of_the_wrong_type_is_refused_naming_it(tmp_pat
     path.write_text(json.dumps(data))
     with pytest.raises(OptionError, match=r"not a PlanDocument document: chosen\.rate"):
         load_document(path, PlanDocument)
+
+
+def test_a_plan_json_that_still_carries_a_dropped_figure_reads_back(tmp_path: Path) -> None:
+    """A file written while each GPU of the topology still carried ``used_mib`` (nothing read it) loads
+    as the same document: the keys a type no longer has are passed over, not refused."""
+    gpus = (GpuFigures(0, "NVIDIA H200", 143771.0), GpuFigures(1, "NVIDIA H200", 143771.0))
+    saved = built(None)
+    saved = dataclasses.replace(saved, topology=dataclasses.replace(saved.topology, gpus=gpus))
+    path = save_document(tmp_path / "plan.json", saved)
+    data = json.loads(path.read_text())
+    for gpu in data["topology"]["gpus"]:
+        gpu["used_mib"] = 2815.0
+    path.write_text(json.dumps(data))
+    assert load_document(path, PlanDocument) == saved
 
 
 def test_a_built_plan_cannot_be_changed_after_the_fact() -> None:

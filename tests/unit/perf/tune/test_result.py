@@ -65,6 +65,21 @@ def test_a_tune_result_reads_back_as_written_and_renders_the_same_report(
     assert "operating" in json.loads((folder / RESULT_FILE).read_text())  # the file's keys: the fields
 
 
+def test_a_result_json_that_still_carries_a_dropped_figure_reads_back(
+    built: TuneDocument, tmp_path: Path
+) -> None:
+    """A file written while runs and predictions still carried ``met_rate`` (nothing read it) loads as
+    the same document: the keys a type no longer has are passed over, not refused."""
+    save(tmp_path, built)
+    data = json.loads((tmp_path / RESULT_FILE).read_text())
+    older = [data["operating"]["measured"], data["operating"]["predicted"], *data["probe"]["runs"]]
+    older += [c[key] for c in data["candidates"] for key in ("best", "at_rate") if c[key]]
+    for figures in older:
+        figures["met_rate"] = True
+    (tmp_path / RESULT_FILE).write_text(json.dumps(data))
+    assert load(tmp_path) == built
+
+
 def test_a_field_of_the_wrong_type_is_refused_naming_it(built: TuneDocument, tmp_path: Path) -> None:
     save(tmp_path, built)
     data = json.loads((tmp_path / RESULT_FILE).read_text())
