@@ -59,6 +59,7 @@ class HealEvent:
     healed_at: float | None = None
     error: str = ""
     cause: str = DIED  # or why a live stub was taken for hung: "stopped, state T", ...
+    server_pid: int = 0  # the tritonserver whose stub it was (a restarted server's watchdog keeps the events)
 
 
 def what_happened(cause: str) -> str:
@@ -101,6 +102,15 @@ class Watchdog:
         self._stop = threading.Event()
         self._server_gone_said = False
         self._thread: threading.Thread | None = None
+
+    @property
+    def reloads(self) -> int:
+        """The heal events on this watchdog's own server, not those it inherited from an earlier one: each
+        a stub that died, or that it killed as hung, and the reload of its model (or the finding that
+        its version was no longer served). Triton 2.51 keeps such a stub's version for good when it had
+        requests in flight, so this bounds the versions the server holds past a drain
+        (``server.triton_exit``)."""
+        return sum(1 for event in self.state.events if event.server_pid == self.server_pid)
 
     def start(self) -> Watchdog:
         self.dead_stubs()  # learn the live stubs now, so a death right after start is seen
@@ -210,7 +220,14 @@ class Watchdog:
             except ProcessLookupError:
                 continue
             killed = True
-            event = HealEvent(stub.model, stub.instance, stub.pid, detected_at=time.time(), cause=cause)
+            event = HealEvent(
+                stub.model,
+                stub.instance,
+                stub.pid,
+                detected_at=time.time(),
+                cause=cause,
+                server_pid=self.server_pid,
+            )
             log.warning("stub of %s (pid %s) hung: %s; killed it", stub.instance, stub.pid, cause)
             with self._lock:
                 self._killed[stub.pid] = event
@@ -280,7 +297,9 @@ class Watchdog:
             event = next((self._killed.pop(s.pid) for s in stubs if s.pid in self._killed), None)
             if event is None:
                 instance = ",".join(s.instance for s in stubs)
-                event = HealEvent(model, instance, stubs[0].pid, detected_at=time.time())
+                event = HealEvent(
+                    model, instance, stubs[0].pid, detected_at=time.time(), server_pid=self.server_pid
+                )
                 self.state.events.append(event)
                 self.state.unavailable_now[model] = f"stub of {instance} died"
                 self._write()

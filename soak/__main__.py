@@ -28,7 +28,7 @@ from soak.attacks import ATTACKS
 from soak.faults import FAULTS, Soak, recover
 from soak.invariant_fuzz import rss_mib, run_for
 from soak.mixed_load import PIPELINE, MixedLoad
-from soak.report import SoakReport, account, close_by_restarts, exit_lines, own_restarts
+from soak.report import SoakReport, account, close_by_restarts, own_restarts, record_exit
 
 LOAD_MODELS = ("trivial", "recommender", PIPELINE)
 HEAL_WAIT_S = 15  # let the last fault heal before the final drain
@@ -96,9 +96,7 @@ def run_soak(
         drain_at = time.monotonic()
         server.stop()
         load.stop()
-        report.exit_code = server.process.returncode if server.process else None
-        report.drained = server.drain_finished_at is not None
-        report.exit_log = exit_lines(server.log_tail(60))
+        record_exit(report, server)
         waiting = [caller.name for caller in load.callers if caller.is_alive()]
         account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by, waiting)
     finally:

@@ -8,10 +8,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median_high
+from typing import TYPE_CHECKING
 
 from server.triton_exit import exit_timeout_expired, versions_held
 from soak.invariant_fuzz import InvariantReport
 from soak.mixed_load import Outcome, refused_cleanly
+
+if TYPE_CHECKING:
+    from server.launcher import TritonServer
 
 RECOVERY_GRACE_S = 1.0  # a request sent just before the reload finished may still meet the old stub
 SERVER_KILLED = "server killed"  # the soak's own kill -9 of tritonserver (soak.attacks.kill_server)
@@ -83,6 +87,7 @@ class SoakReport:
     exit_code: int | None = None  # the drained server's (None: no drain, as in a report a test builds)
     drained: bool = True  # the drain unloaded every model before SIGTERM: Triton then held no live version
     exit_log: list[str] = field(default_factory=list)  # the drained server's log lines that explain it
+    watchdog_reloads: int = 0  # the heal events of the drained server's own watchdog (Watchdog.reloads)
     invariants: InvariantReport | None = None  # the invariant fuzz's phase (None: not run)
 
     def check(self, what: str) -> Check:
@@ -107,28 +112,24 @@ class SoakReport:
         )
 
     @property
-    def stub_faults(self) -> int:
-        """The soak's stub faults on the drained server: those after its last kill of tritonserver."""
-        last_kill = max((o.at for o in self.outages if o.fault == SERVER_KILLED), default=float("-inf"))
-        return sum(1 for o in self.outages if o.fault != SERVER_KILLED and o.at > last_kill)
-
-    @property
     def versions_held(self) -> int | None:
         """The model versions Triton still held past the drain (its last count while exiting)."""
         return versions_held("\n".join(self.exit_log))
 
     @property
     def exit_expected(self) -> bool:
-        """The drained server exits 0; or 1 past its exit timeout holding no more model versions than the
-        soak's stub faults on it: Triton 2.51 keeps, for good, the old version of each model the watchdog
-        reloaded after its stub died under load, one per fault at most (docs/SERVING.md, Triton 2.51's own
-        limits). Held versions are counted only after a complete drain, which leaves none live. Any other
-        exit fails the run, one stranded version more than the faults included."""
+        """The drained server exits 0; or 1 past its exit timeout holding no more model versions than its
+        watchdog's reloads on it: Triton 2.51 keeps, for good, the old version of each model the watchdog
+        reloaded after its stub died under load, one per reload at most (docs/SERVING.md, Triton 2.51's
+        own limits). The watchdog's record, not the soak's faults: it also kills and reloads on its own (a
+        stub hung or stuck on a saturated host). Held versions are counted only after a complete drain,
+        which leaves none live. Any other exit fails the run, one stranded version more than the reloads
+        included."""
         if self.exit_code in (0, None):
             return True
         held = self.versions_held
         timed_out = exit_timeout_expired("\n".join(self.exit_log))
-        return self.exit_code == 1 and self.drained and timed_out and 0 < (held or 0) <= self.stub_faults
+        return self.exit_code == 1 and self.drained and timed_out and 0 < (held or 0) <= self.watchdog_reloads
 
     def text(self) -> str:
         wrong = len(self.lost) - self.lost_unanswered
@@ -155,7 +156,7 @@ class SoakReport:
         ending = f"{drained_pid} exit code {self.exit_code} at the drain ({verdict})"
         if self.exit_code not in (0, None):
             held = "?" if self.versions_held is None else self.versions_held
-            ending += f"; model versions held at exit {held}, stub faults on it {self.stub_faults}"
+            ending += f"; model versions held at exit {held}, watchdog reloads on it {self.watchdog_reloads}"
             ending += "" if self.drained else " (the drain was incomplete: some may be live ones)"
         ends = [*self.server_deaths, ending]
         ended = "; ".join(ends) + "".join(f"\n    {line}" for line in self.exit_log if self.exit_code)
@@ -255,6 +256,15 @@ def own_restarts(report: SoakReport, history: list[dict]) -> None:
     """A server the soak killed was meant to die; any other death fails the run."""
     report.server_deaths = [f"{d.get('pid')} {d['cause']}" for d in history]
     report.server_restarts = [d["cause"] for d in history if d.get("pid") not in report.server_kills]
+
+
+def record_exit(report: SoakReport, server: TritonServer) -> None:
+    """How the drained ``server`` ended, for ``exit_expected``: its exit code, whether the drain
+    completed, the log lines that explain the exit, and its own watchdog's reloads."""
+    report.exit_code = server.process.returncode if server.process else None
+    report.drained = server.drain_finished_at is not None
+    report.exit_log = exit_lines(server.log_tail(60))
+    report.watchdog_reloads = server.watchdog.reloads if server.watchdog is not None else 0
 
 
 def exit_lines(log_tail: str) -> list[str]:

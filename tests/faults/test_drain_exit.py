@@ -5,8 +5,9 @@ with requests in flight: the Python backend never deletes those requests' respon
 holds that version. The drain unloads every model, yet at SIGTERM tritonserver counts the versions it
 still holds, waits its whole exit timeout and exits 1 (docs/SERVING.md, Triton 2.51's own limits). No
 kill of tritonserver is needed: a first-start server does it. The soak accepts that exit only when
-Triton held no more versions than its stub faults on the drained server. A Triton that unloads the old
-versions exits 0 and fails this test: the docs' row is then stale.
+Triton held no more versions than the reloads of the drained server's own watchdog, which also kills and
+reloads on its own (a stub hung on a saturated host), so it may hold more than the stubs killed here. A
+Triton that unloads the old versions exits 0 and fails this test: the docs' row is then stale.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from resilience_fixtures import HANG_GUARD_S, MixedLoad, build_small_repository,
 from server import TritonServer
 from server.triton_exit import exit_timeout_expired, exit_timeout_explained
 from soak.faults import Soak, kill_stub, recover
-from soak.report import SoakReport, exit_lines
+from soak.report import SoakReport, record_exit
 
 pytestmark = pytest.mark.integration
 
@@ -54,13 +55,16 @@ def test_each_stub_killed_under_load_leaves_one_version_the_drained_server_exits
     finally:
         server.stop()
     log_tail = server.log_tail(60)
-    report.exit_code, report.exit_log = server.process.returncode, exit_lines(log_tail)
-    report.drained = server.drain_finished_at is not None
+    record_exit(report, server)  # as the soak reads the drained server
     assert report.exit_code == 1 and exit_timeout_expired(log_tail), log_tail
-    assert report.drained and report.versions_held == KILLS, report.text()  # one per stub killed under load
-    assert f"expired with {KILLS} model version(s)" in (exit_timeout_explained(log_tail) or "")  # `make stop`
+    held = report.versions_held
+    assert report.drained and held is not None, report.text()
+    # one per stub killed under load, and no more than the watchdog's reloads (these kills and its own)
+    assert KILLS <= held <= report.watchdog_reloads, report.text()
+    assert f"expired with {held} model version(s)" in (exit_timeout_explained(log_tail) or "")  # `make stop`
     assert report.exit_expected and report.passed, report.text()
-    report.outages.pop()  # one version held more than the stub faults that explain them
+    assert f"watchdog reloads on it {report.watchdog_reloads}" in report.text()
+    report.watchdog_reloads = held - 1  # one version held more than the reloads that explain them
     assert not report.exit_expected and "(UNEXPECTED)" in report.text()
-    report.outages.clear()
+    report.watchdog_reloads = 0
     assert not report.exit_expected

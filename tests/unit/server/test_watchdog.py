@@ -98,6 +98,28 @@ def test_a_running_hung_stub_is_stopped_before_its_mutexes_are_read() -> None:
         busy.wait()
 
 
+def test_a_restarted_servers_watchdog_counts_only_the_reloads_on_its_own_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The supervisor's restarted server gets a watchdog that keeps the events of the one before, for
+    ``client health``; Triton 2.51 strands an old version only in the server whose stub died, so the
+    drained server's count of them is bounded by its own watchdog's reloads (``make soak``)."""
+    first = Watchdog(os.getpid(), "127.0.0.1:1", "key", None)
+    restarted = Watchdog(os.getppid(), "127.0.0.1:1", "key", None, state=first.state)
+    for watchdog in (first, first, restarted):
+        hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            monkeypatch.setattr(
+                watchdog, "hung_stubs", lambda scan, pid=hung.pid: [(silent_stub(pid), "silent")]
+            )
+            assert watchdog._kill_hung([])
+        finally:
+            hung.kill()
+            hung.wait()
+    assert len(first.state.events) == 3
+    assert (first.reloads, restarted.reloads) == (2, 1)
+
+
 @pytest.fixture
 def killed_server() -> Iterator[subprocess.Popen]:
     """A process killed and not yet reaped, as tritonserver is right after a ``kill -9`` until its

@@ -153,12 +153,13 @@ def _stub_fault(fault: str, at: float) -> Outage:
     return outage
 
 
-def test_the_drained_servers_exit_code_decides_the_run_with_the_exit_the_soaks_faults_explain() -> None:
+def test_the_drained_servers_exit_code_decides_the_run_with_the_exit_its_watchdogs_reloads_explain() -> None:
     """0 passes. Triton 2.51 exits 1 past its exit timeout when models reloaded after their stubs died
-    under load left old versions it never unloads, one per stub fault at most: expected only when the
-    versions it held after a complete drain are no more than the stub faults on the drained server (those
-    before the soak's last kill of tritonserver hit another), and only with Triton's exit-timeout line;
-    any other exit code fails the run, and the report says how each server ended."""
+    under load left old versions it never unloads, one per reload at most: expected only when the
+    versions it held after a complete drain are no more than the reloads of the drained server's own
+    watchdog (``Watchdog.reloads``; the soak's own stub faults neither add to them nor stand in for
+    them), and only with Triton's exit-timeout line; any other exit code fails the run, and the report
+    says how each server ended."""
     report = SoakReport(duration_s=60, exit_code=0, server_pids=[111, 222])
     assert report.passed and "111 killed by SIGKILL" not in report.text()
     report.server_kills = [111]
@@ -169,16 +170,16 @@ def test_the_drained_servers_exit_code_decides_the_run_with_the_exit_the_soaks_f
     )
     report.exit_code, report.exit_log = 1, exit_lines(EXIT_TIMEOUT_LOG)
     assert report.exit_log == [line.strip() for line in EXIT_TIMEOUT_LOG.splitlines()[3:]], "the last count"
-    assert not report.passed, "no stub fault: nothing explains it"
-    report.outages.extend([_stub_fault("stub killed", 5.0), _stub_fault("stub killed", 8.0)])
-    report.outages.extend(_killed_at(20.0, 40.0))
-    assert not report.passed, "the stub faults hit the server the soak killed, not the drained one"
-    report.outages.append(_stub_fault("stub stopped", 50.0))
-    assert report.stub_faults == 1 and report.versions_held == 2
-    assert not report.passed, "one version held more than the stub faults on the drained server"
-    report.outages.append(_stub_fault("stub killed", 60.0))
-    assert report.passed
-    ended = "222 exit code 1 at the drain (expected); model versions held at exit 2, stub faults on it 2"
+    assert not report.passed, "no reload: nothing explains it"
+    report.outages.extend([_stub_fault("stub killed", 50.0), _stub_fault("stub stopped", 60.0)])
+    assert not report.passed, "the soak's stub faults are no reloads the watchdog recorded"
+    report.outages.clear()
+    report.watchdog_reloads = 1
+    assert report.versions_held == 2
+    assert not report.passed, "one version held more than the watchdog's reloads on the drained server"
+    report.watchdog_reloads = 2
+    assert report.passed, "reloads the watchdog made on its own (a hung stub, no fault of the soak's)"
+    ended = "222 exit code 1 at the drain (expected); model versions held at exit 2, watchdog reloads on it 2"
     assert f"{ended}\n    I1206" in report.text()
     report.drained = False
     assert not report.passed and "the drain was incomplete" in report.text(), "live versions counted too"
