@@ -1,0 +1,67 @@
+"""What a start that timed out waited for: the models Triton's log shows loading and neither loaded nor
+failed, and each one's stub. 2.51's Python backend waits without a timeout for a stub's first message
+(docs/SERVING.md, Triton 2.51's own limits), so a stub that died or hung before it holds the start
+forever; the error names it rather than leaving the reader the log tail alone."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from server.proc_stat import stat_fields
+from server.stubs import Stub, server_stubs
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LOADING = re.compile(r'"loading: (.+):\d+"')
+SETTLED = re.compile(r"\"(?:successfully loaded|failed to load) '([^']+)'")
+
+
+def loading_models(log_lines: Iterable[str]) -> list[str]:
+    """The models whose last load Triton's log shows begun (``loading: <name>:<version>``) and not yet
+    ended (``successfully loaded '<name>'`` or ``failed to load '<name>' ...``), in log order."""
+    loading: dict[str, None] = {}
+    for line in log_lines:
+        if begun := LOADING.search(line):
+            loading[begun.group(1)] = None
+        elif ended := SETTLED.search(line):
+            loading.pop(ended.group(1), None)
+    return list(loading)
+
+
+def process_times(pid: int) -> tuple[float, float] | None:
+    """(seconds since ``pid`` started, seconds of CPU it has used), None once it is gone: a stub that
+    waits on its own start uses CPU, one hung before its first message barely any."""
+    fields = stat_fields(pid)
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except OSError:
+        return None
+    if fields is None:
+        return None
+    started = int(fields[19]) / CLOCK_TICKS  # starttime, field 22 of stat, in ticks since boot
+    return uptime - started, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def describe_stub(stub: Stub) -> str:
+    times = process_times(stub.pid)
+    age = f", started {times[0]:.0f} s ago, {times[1]:.1f} s of CPU" if times else ""
+    return f"stub pid {stub.pid} ({stub.instance}) alive, state {stub.state}{age}"
+
+
+def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> str:
+    """One line per model still loading with its live stubs (pid, instance, /proc state, age, CPU used)
+    or that none of it runs, and the exited stubs Triton has not reaped (an exited process has no argv
+    left to name its model by); "" when the log shows none loading."""
+    models = loading_models(log_lines)
+    if not models:
+        return ""
+    stubs = server_stubs(server_pid) if server_pid is not None else []
+    lines = []
+    for model in models:
+        own = [describe_stub(stub) for stub in stubs if stub.alive and stub.model == model]
+        lines.append(f"  {model}: " + ("; ".join(own) or "no stub of it runs"))
+    if exited := [str(stub.pid) for stub in stubs if not stub.alive]:
+        lines.append(f"  exited stubs not reaped by tritonserver: pid {', '.join(exited)}")
+    return "models still loading:\n" + "\n".join(lines)
