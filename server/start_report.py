@@ -44,10 +44,29 @@ def process_times(pid: int) -> tuple[float, float] | None:
     return uptime - started, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def _times(pid: int) -> str:
+    times = process_times(pid)
+    return f", started {times[0]:.0f} s ago, {times[1]:.1f} s of CPU" if times else ""
+
+
 def describe_stub(stub: Stub) -> str:
-    times = process_times(stub.pid)
-    age = f", started {times[0]:.0f} s ago, {times[1]:.1f} s of CPU" if times else ""
-    return f"stub pid {stub.pid} ({stub.instance}) alive, state {stub.state}{age}"
+    return f"stub pid {stub.pid} ({stub.instance}) alive, state {stub.state}{_times(stub.pid)}"
+
+
+def other_children(server_pid: int, stubs: Iterable[Stub]) -> list[str]:
+    """tritonserver's children that are not stubs, described: 2.51 forks, the child execs ``bash -c``,
+    which execs the stub, so a start stuck between fork and exec shows here and nowhere else."""
+    known = {stub.pid for stub in stubs}
+    described = []
+    for entry in os.listdir("/proc"):
+        fields = stat_fields(int(entry)) if entry.isdigit() and int(entry) not in known else None
+        if fields is not None and int(fields[1]) == server_pid:
+            try:
+                name = Path(f"/proc/{entry}/comm").read_text().strip()
+            except OSError:
+                continue  # gone meanwhile
+            described.append(f"pid {entry} ({name}), state {fields[0]}{_times(int(entry))}")
+    return described
 
 
 def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> str:
@@ -64,4 +83,6 @@ def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> str:
         lines.append(f"  {model}: " + ("; ".join(own) or "no stub of it runs"))
     if exited := [str(stub.pid) for stub in stubs if not stub.alive]:
         lines.append(f"  exited stubs not reaped by tritonserver: pid {', '.join(exited)}")
+    if server_pid is not None and (others := other_children(server_pid, stubs)):
+        lines.append(f"  tritonserver's other children (not yet a stub): {'; '.join(others)}")
     return "models still loading:\n" + "\n".join(lines)

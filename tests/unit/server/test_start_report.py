@@ -1,7 +1,8 @@
 """``server.start_report``: a start that times out names each model Triton's log shows still loading
 and that model's stub, read from ``/proc``. The "server" here is a real process whose children carry a
 stub's argv (``triton_python_backend_stub <model file> <region> ... <instance name>``): one that sleeps
-(alive, hung at start) and one that has exited unreaped, as a stub dead before its first message is."""
+(alive, hung at start), one that has exited unreaped, as a stub dead before its first message is, and a
+fork that never became a stub, as 2.51's child between its fork and its exec of the stub."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ E1206 20:28:43.221587 7781 model_lifecycle.cc:641] "failed to load 'broken' vers
 """
 
 # The "server": starts a sleeping stub of the embedding stage and one of the dense stage that exits at
-# once and is never reaped, prints their pids, then waits.
+# once and is never reaped, forks a child that stays as it is, prints their pids, then waits.
 SERVER = """
-import subprocess, sys, time
+import os, subprocess, sys, time
 from pathlib import Path
 def stub(model, code):
     model_file = Path(sys.argv[1], model, "1", "model.py")
@@ -44,7 +45,11 @@ def stub(model, code):
     return subprocess.Popen(argv, executable=sys.executable).pid
 hung = stub("recommender_pipeline_embedding", "import time\\ntime.sleep(60)\\n")
 dead = stub("recommender_pipeline_dense", "")
-print(hung, dead, flush=True)
+forked = os.fork()
+if forked == 0:
+    time.sleep(60)
+    os._exit(0)
+print(hung, dead, forked, flush=True)
 time.sleep(60)
 """
 
@@ -61,9 +66,11 @@ def test_a_start_that_times_out_names_each_loading_model_and_its_stub(tmp_path: 
     server_process = subprocess.Popen(
         [sys.executable, "-c", SERVER, str(tmp_path / "models")], stdout=subprocess.PIPE, text=True
     )
+    sleepers: list[int] = []
     try:
         assert server_process.stdout is not None
-        hung, dead = map(int, server_process.stdout.readline().split())
+        hung, dead, forked = map(int, server_process.stdout.readline().split())
+        sleepers += [hung, forked]
         deadline = time.monotonic() + 30
         settled = f"stub pid {hung} ", f"not reaped by tritonserver: pid {dead}"
         while not all(part in still_loading(server_process.pid, LOG.splitlines()) for part in settled):
@@ -78,8 +85,9 @@ def test_a_start_that_times_out_names_each_loading_model_and_its_stub(tmp_path: 
     finally:
         server_process.kill()
         server_process.wait()
-        with contextlib.suppress(NameError, ProcessLookupError):
-            os.kill(hung, signal.SIGKILL)
+        for orphan in sleepers:  # their parent is gone; they would sleep on
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(orphan, signal.SIGKILL)
     message = str(raised.value)
     lines = message.splitlines()
     assert lines[0] == "tritonserver not ready after 0s; models still loading:"
@@ -89,5 +97,7 @@ def test_a_start_that_times_out_names_each_loading_model_and_its_stub(tmp_path: 
     assert described and int(described.group(1)) >= 1
     assert "  recommender_pipeline_dense: no stub of it runs" in lines
     assert f"  exited stubs not reaped by tritonserver: pid {dead}" in lines
+    other = f"  tritonserver's other children (not yet a stub): pid {forked} (python"
+    assert any(line.startswith(other) for line in lines)
     assert not any(line.startswith(("  trivial", "  broken")) for line in lines)
     assert message.endswith(LOG.rstrip()) and "log:" in lines
