@@ -10,10 +10,18 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from server.install import ServerError
 from server.proc_stat import stat_fields
 from server.stubs import Stub, server_stubs
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class StubDiedAtStartError(ServerError):
+    """A start that timed out holding a stub that died before its first message: a fault of the
+    moment, not of the repository, so ``TritonServer.start`` starts tritonserver again."""
+
+
 LOADING = re.compile(r'"loading: (.+):\d+"')
 SETTLED = re.compile(r"\"(?:successfully loaded|failed to load) '([^']+)'")
 
@@ -86,3 +94,14 @@ def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> str:
     if server_pid is not None and (others := other_children(server_pid, stubs)):
         lines.append(f"  tritonserver's other children (not yet a stub): {'; '.join(others)}")
     return "models still loading:\n" + "\n".join(lines)
+
+
+def stub_died_at_start(server_pid: int | None, log_lines: Iterable[str]) -> bool:
+    """True when a model is still loading with no live stub of it while tritonserver holds an exited
+    stub it never reaped: one that died before its first message, which 2.51 waits on for good
+    (docs/SERVING.md, Triton 2.51's own limits). Never while every loading model has a live stub,
+    however slow or stuck it is."""
+    models = loading_models(log_lines)
+    stubs = server_stubs(server_pid) if server_pid is not None and models else []
+    alive = {stub.model for stub in stubs if stub.alive}
+    return any(not stub.alive for stub in stubs) and any(model not in alive for model in models)
