@@ -502,8 +502,8 @@ class TritonServer:
                         log.error("%s", self.describe_failures())
                     return
             time.sleep(0.25)
-        waiting = still_loading(self.pid, self._log_lines())
-        died = stub_died_at_start(self.pid, self._log_lines())
+        lines = self._log_lines()
+        waiting, died = still_loading(self.pid, lines), stub_died_at_start(self.pid, lines)
         raise (StubDiedAtStartError if died else ServerError)(
             f"tritonserver not ready after {self.options.startup_timeout_s:.0f}s; "
             + (f"{waiting}\n" if waiting else "")
