@@ -41,6 +41,7 @@ from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
 from server.ports import check_port_free, free_ports, held_by
 from server.shm_private import SERVER_UMASK, make_owner_only, preload_environment
+from server.start_report import StubDiedAtStartError, still_loading, stub_died_at_start
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
 
@@ -53,7 +54,7 @@ DRAIN_GRACE_S = 1.0
 # SIGKILL only a server that hangs there.
 EXIT_MARGIN_S = 30.0
 MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.schema.guards): shm per stub is 4x this
-START_ATTEMPTS = 3  # starts lost to the stub-lock abort (two in a row happen) or to a port taken first
+START_ATTEMPTS = 3  # starts lost to the stub-lock abort (two in a row), a stub dead at start, a port taken
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 
 
@@ -286,8 +287,9 @@ class TritonServer:
         return preload_environment(self._workdir, {**os.environ, **added})
 
     def start(self) -> TritonServer:
-        """Launch and block until ready, again after the stub-lock abort or a port taken first; a dead
-        server starts again with the same ports, key, region prefix and watchdog history (supervisor)."""
+        """Launch and block until ready, again after the stub-lock abort, a stub dead at start or a port
+        taken first; a dead server starts again with the same ports, key, region prefix and watchdog
+        history (supervisor)."""
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
@@ -296,7 +298,8 @@ class TritonServer:
                 break
             except ServerError as error:
                 returncode = self.process.poll() if self.process is not None else None
-                starved = starved_stub_abort(returncode, self.log_tail())
+                died = isinstance(error, StubDiedAtStartError)
+                starved = died or starved_stub_abort(returncode, self.log_tail())
                 lost = set() if restart else self._lost_picked_ports(error)  # a restart keeps its ports
                 (self.reap if restart else self.stop)()
                 if not (starved or lost) or attempt == START_ATTEMPTS:
@@ -306,6 +309,10 @@ class TritonServer:
                                 "again on new ports (%d of %d)", ", ".join(map(str, sorted(lost))),
                                 attempt + 1, START_ATTEMPTS)  # fmt: skip
                     self._pick_ports()
+                elif died:
+                    log.warning("a stub died before its first message and tritonserver waits on it for "
+                                "good; starting it again (%d of %d):\n%s", attempt + 1, START_ATTEMPTS,
+                                error)  # fmt: skip
                 else:
                     log.warning(
                         "tritonserver aborted while its stubs started (a starved CPU); starting it again"
@@ -495,8 +502,12 @@ class TritonServer:
                         log.error("%s", self.describe_failures())
                     return
             time.sleep(0.25)
-        raise ServerError(
-            f"tritonserver not ready after {self.options.startup_timeout_s:.0f}s; log:\n{self.log_tail()}"
+        lines = self._log_lines()
+        waiting, died = still_loading(self.pid, lines), stub_died_at_start(self.pid, lines)
+        raise (StubDiedAtStartError if died else ServerError)(
+            f"tritonserver not ready after {self.options.startup_timeout_s:.0f}s; "
+            + (f"{waiting}\n" if waiting else "")
+            + f"log:\n{self.log_tail()}"
         )
 
     def stop(self) -> None:

@@ -1,0 +1,107 @@
+"""What a start that timed out waited for: the models Triton's log shows loading and neither loaded nor
+failed, and each one's stub. 2.51's Python backend waits without a timeout for a stub's first message
+(docs/SERVING.md, Triton 2.51's own limits), so a stub that died or hung before it holds the start
+forever; the error names it rather than leaving the reader the log tail alone."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from server.install import ServerError
+from server.proc_stat import stat_fields
+from server.stubs import Stub, server_stubs
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class StubDiedAtStartError(ServerError):
+    """A start that timed out holding a stub that died before its first message: a fault of the
+    moment, not of the repository, so ``TritonServer.start`` starts tritonserver again."""
+
+
+LOADING = re.compile(r'"loading: (.+):\d+"')
+SETTLED = re.compile(r"\"(?:successfully loaded|failed to load) '([^']+)'")
+
+
+def loading_models(log_lines: Iterable[str]) -> list[str]:
+    """The models whose last load Triton's log shows begun (``loading: <name>:<version>``) and not yet
+    ended (``successfully loaded '<name>'`` or ``failed to load '<name>' ...``), in log order."""
+    loading: dict[str, None] = {}
+    for line in log_lines:
+        if begun := LOADING.search(line):
+            loading[begun.group(1)] = None
+        elif ended := SETTLED.search(line):
+            loading.pop(ended.group(1), None)
+    return list(loading)
+
+
+def process_times(pid: int) -> tuple[float, float] | None:
+    """(seconds since ``pid`` started, seconds of CPU it has used), None once it is gone: a stub that
+    waits on its own start uses CPU, one hung before its first message barely any."""
+    fields = stat_fields(pid)
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except OSError:
+        return None
+    if fields is None:
+        return None
+    started = int(fields[19]) / CLOCK_TICKS  # starttime, field 22 of stat, in ticks since boot
+    return uptime - started, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _times(pid: int) -> str:
+    times = process_times(pid)
+    return f", started {times[0]:.0f} s ago, {times[1]:.1f} s of CPU" if times else ""
+
+
+def describe_stub(stub: Stub) -> str:
+    return f"stub pid {stub.pid} ({stub.instance}) alive, state {stub.state}{_times(stub.pid)}"
+
+
+def other_children(server_pid: int, stubs: Iterable[Stub]) -> list[str]:
+    """tritonserver's children that are not stubs, described: 2.51 forks, the child execs ``bash -c``,
+    which execs the stub, so a start stuck between fork and exec shows here and nowhere else."""
+    known = {stub.pid for stub in stubs}
+    described = []
+    for entry in os.listdir("/proc"):
+        fields = stat_fields(int(entry)) if entry.isdigit() and int(entry) not in known else None
+        if fields is not None and int(fields[1]) == server_pid:
+            try:
+                name = Path(f"/proc/{entry}/comm").read_text().strip()
+            except OSError:
+                continue  # gone meanwhile
+            described.append(f"pid {entry} ({name}), state {fields[0]}{_times(int(entry))}")
+    return described
+
+
+def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> str:
+    """One line per model still loading with its live stubs (pid, instance, /proc state, age, CPU used)
+    or that none of it runs, and the exited stubs Triton has not reaped (an exited process has no argv
+    left to name its model by); "" when the log shows none loading."""
+    models = loading_models(log_lines)
+    if not models:
+        return ""
+    stubs = server_stubs(server_pid) if server_pid is not None else []
+    lines = []
+    for model in models:
+        own = [describe_stub(stub) for stub in stubs if stub.alive and stub.model == model]
+        lines.append(f"  {model}: " + ("; ".join(own) or "no stub of it runs"))
+    if exited := [str(stub.pid) for stub in stubs if not stub.alive]:
+        lines.append(f"  exited stubs not reaped by tritonserver: pid {', '.join(exited)}")
+    if server_pid is not None and (others := other_children(server_pid, stubs)):
+        lines.append(f"  tritonserver's other children (not yet a stub): {'; '.join(others)}")
+    return "models still loading:\n" + "\n".join(lines)
+
+
+def stub_died_at_start(server_pid: int | None, log_lines: Iterable[str]) -> bool:
+    """True when a model is still loading with no live stub of it while tritonserver holds an exited
+    stub it never reaped: one that died before its first message, which 2.51 waits on for good
+    (docs/SERVING.md, Triton 2.51's own limits). Never while every loading model has a live stub,
+    however slow or stuck it is."""
+    models = loading_models(log_lines)
+    stubs = server_stubs(server_pid) if server_pid is not None and models else []
+    alive = {stub.model for stub in stubs if stub.alive}
+    return any(not stub.alive for stub in stubs) and any(model not in alive for model in models)
