@@ -161,16 +161,25 @@ class Answers:
 
 
 def send_and_reset(
-    answers: Answers, block: bytes, data: bytes, streams: Sequence[int], ping: int, timeout_s: float
+    answers: Answers,
+    block: bytes,
+    data: bytes,
+    streams: Sequence[int],
+    ping: int,
+    timeout_s: float,
+    before_reset: Callable[[], object] | None = None,
 ) -> None:
     """A whole call on each of ``streams`` (``block``, then ``data`` ending it), each reset (``RST_STREAM``
     ``CANCEL``) as soon as a PING sent after them (``ping``: its payload) is acknowledged: the front has
-    read them, so their handlers have begun (HTTP/2 "rapid reset", fault matrix row 78)."""
+    read them, so their handlers have begun (HTTP/2 "rapid reset", fault matrix row 78); after
+    ``before_reset()`` returns, where given."""
     calls = [
         h2c.frame(h2c.HEADERS, h2c.END_HEADERS, s, block) + h2c.frame(h2c.DATA, h2c.END_STREAM, s, data)
         for s in streams
     ]
     answers.sock.sendall(b"".join(calls) + h2c.frame(h2c.PING, 0, 0, ping.to_bytes(8, "big")))
     answers.until(lambda: ping in answers.pings, time.monotonic() + timeout_s)
+    if before_reset is not None:
+        before_reset()
     cancel = h2c.CANCEL.to_bytes(4, "big")
     answers.sock.sendall(b"".join(h2c.frame(h2c.RST_STREAM, 0, s, cancel) for s in streams))
