@@ -41,7 +41,7 @@ from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
 from server.ports import check_port_free, free_ports, held_by
 from server.shm_private import SERVER_UMASK, make_owner_only, preload_environment
-from server.start_report import StubDiedAtStartError, still_loading, stub_died_at_start
+from server.start_report import StubDiedAtStartError, still_loading
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
 
@@ -502,8 +502,7 @@ class TritonServer:
                         log.error("%s", self.describe_failures())
                     return
             time.sleep(0.25)
-        lines = self._log_lines()
-        waiting, died = still_loading(self.pid, lines), stub_died_at_start(self.pid, lines)
+        waiting, died = still_loading(self.pid, self._log_lines())
         raise (StubDiedAtStartError if died else ServerError)(
             f"tritonserver not ready after {self.options.startup_timeout_s:.0f}s; "
             + (f"{waiting}\n" if waiting else "")
