@@ -391,13 +391,12 @@ class TritonServer:
             *(["--trusted-shared-memory"] if self.trusts_shared_memory else []),
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
-        with open(self._front_log(command), "wb") as log_file:
+        with open(self.log_path.with_name(f"{front}.log"), "wb") as log_file:
             return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
 
-    def _front_log(self, front: subprocess.Popen | list[str]) -> Path:
-        """Where a front (or its command) writes: its module's name beside the server's log."""
-        command = front if isinstance(front, list) else front.args
-        return self.log_path.with_name(f"{command[2].rsplit('.', 1)[1]}.log")
+    def _front_log(self, front: subprocess.Popen) -> Path:
+        """Where a front writes: its module's name beside the server's log."""
+        return self.log_path.with_name(f"{front.args[2].rsplit('.', 1)[1]}.log")
 
     def _log_lines(self) -> list[str]:
         try:
