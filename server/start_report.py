@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 
 from server.install import ServerError
 from server.proc_stat import read_proc, stat_fields
@@ -56,12 +55,9 @@ def other_children(server_pid: int, stubs: Iterable[Stub]) -> list[str]:
     described = []
     for entry in os.listdir("/proc"):
         fields = stat_fields(int(entry)) if entry.isdigit() and int(entry) not in known else None
-        if fields is not None and int(fields[1]) == server_pid:
-            try:
-                name = Path(f"/proc/{entry}/comm").read_text().strip()
-            except OSError:
-                continue  # gone meanwhile
-            described.append(f"pid {entry} ({name}), state {fields[0]}{_times(int(entry))}")
+        name = read_proc(f"/proc/{entry}/comm") if fields and int(fields[1]) == server_pid else None
+        if fields and name is not None:  # None: another's child, or gone meanwhile
+            described.append(f"pid {entry} ({name.decode().strip()}), state {fields[0]}{_times(int(entry))}")
     return described
 
 
