@@ -34,7 +34,6 @@ from server.fronts.client_connections import (
 )
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.kserve_json import check_generate, check_infer, check_json
-from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
@@ -313,11 +312,7 @@ class HttpFront(Front):
         raise ConnectionError(f"tritonserver answered the config of '{model}' with {status}")
 
     def _client(self, request: web.BaseRequest) -> Client:
-        info = request.transport.get_extra_info
-        peer, local = info("peername"), info("sockname")
-        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
-        admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
-        return Client(uid, admin)
+        return self.client(request.transport, request.headers.get(ADMIN_HEADER))
 
     async def _check(
         self, request: web.BaseRequest, path: str, body: bytes, model: ModelSignature | None

@@ -20,7 +20,7 @@ from typing import Any
 from server.admin import KEY_ENV
 from server.config_changes import ConfigChanges
 from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
-from server.fronts.client_regions import MAX_REGIONS, FrontRegions, ServerRegions
+from server.fronts.client_regions import MAX_REGIONS, Client, FrontRegions, ServerRegions
 from server.fronts.client_slots import (
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_OVERDUE,
@@ -28,6 +28,7 @@ from server.fronts.client_slots import (
     Deadlines,
     SlotLimits,
 )
+from server.fronts.peer import peer_uid
 from server.fronts.refusal_log import REFUSALS
 from server.fronts.signature_cache import ModelSignatures
 from server.proc_stat import running
@@ -176,6 +177,12 @@ class Front:
 
     async def _model_config(self, model: str, version: str) -> Mapping[str, Any]:
         raise NotImplementedError
+
+    def client(self, transport: Any, sent_key: str | None) -> Client:
+        """Who sent a request: its socket's owner on this host, and whether it carries the admin key."""
+        peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
+        return Client(uid, bool(self.key) and sent_key == self.key)
 
 
 def _still_needed(args: argparse.Namespace) -> bool:
