@@ -151,8 +151,8 @@ class QueueOrder:
         return self.joins[model]
 
     def ran(self, model: str, place: int) -> None:
-        """Triton answered ``model``'s request at ``place`` with its outputs: those cancelled before it
-        are passed (an error may come before the queue, so it passes none)."""
+        """Triton ran ``model``'s request at ``place``: those cancelled before it are passed (an error
+        answer may come before the queue, so it passes none)."""
         for passed, (waiting, waiting_place) in list(self.cancelled.items()):
             if waiting == model and waiting_place < place:
                 del self.cancelled[passed]
@@ -188,9 +188,8 @@ class Deadlines:
         call: Callable[[], Awaitable[T]],
         cancel_passes_on: bool = False,
     ) -> T:
-        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue). A
-        caller cancelled once ``call()`` began (its client hung up or reset the call) leaves it to run on
-        with the client's slot, as Triton runs it anyway (fault matrix rows 38 and 78); with
+        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue). Once it
+        began, a cancelled caller leaves it the slot, as Triton runs it anyway (rows 38, 78); with
         ``cancel_passes_on`` (Triton's gRPC drops a cancelled request it has not begun) ``call()`` is
         cancelled and the slot kept until Triton has passed the request (``QueueOrder``, row 78)."""
         if self.overdue[model] >= self.max_overdue:

@@ -497,9 +497,8 @@ class FrontConnection(h2c.Endpoint):
             self.close(h2c.PROTOCOL_ERROR, "no HTTP/2 handshake in time")
 
     def _refused(self, refusal: str) -> None:
-        """Fault matrix row 73: a connection beyond its client's share, never counted and never served;
-        its first call gets ``RESOURCE_EXHAUSTED`` with ``refusal`` (then ``GOAWAY``), one without a call
-        within ``REFUSED_WAIT_S`` a ``GOAWAY`` alone; one beyond the refused that may wait is closed now."""
+        """Row 73: its first call gets ``RESOURCE_EXHAUSTED`` with ``refusal``, then ``GOAWAY`` (alone after
+        ``REFUSED_WAIT_S`` without a call); one beyond the refused that may wait is closed now."""
         log.debug("refusing a connection from %s: %s", self.name, refusal)
         self.refusal = refusal
         self.refused_waiting = self.front_limits.clients.wait_refused()

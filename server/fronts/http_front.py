@@ -92,17 +92,16 @@ def _bad_target(target: str, why: str) -> RequestRefusedError:
 
 def checked_target(target: str) -> tuple[str, str]:
     """``(path, query)`` of a plain origin-form ``/v2`` target, or ``RequestRefusedError``."""
-    if not PRINTABLE.fullmatch(target):
-        raise _bad_target(target, "holds a space, control or non-ASCII character")
-    if "#" in target:
-        raise _bad_target(target, "has a '#' fragment")
-    if "\\" in target:
-        raise _bad_target(target, "has a backslash")
-    if not target.startswith("/"):
-        raise _bad_target(target, "is not origin-form (a path starting with '/')")
     path, _, query = target.partition("?")
-    if path != API_ROOT and not path.startswith(API_ROOT + "/"):
-        raise _bad_target(target, f"is outside {API_ROOT}")
+    for fault, why in (
+        (not PRINTABLE.fullmatch(target), "holds a space, control or non-ASCII character"),
+        ("#" in target, "has a '#' fragment"),
+        ("\\" in target, "has a backslash"),
+        (not target.startswith("/"), "is not origin-form (a path starting with '/')"),
+        (path != API_ROOT and not path.startswith(API_ROOT + "/"), f"is outside {API_ROOT}"),
+    ):
+        if fault:
+            raise _bad_target(target, why)
     for segment in path.split("/")[1:]:
         if segment == "":
             raise _bad_target(target, "has an empty segment ('//' or a trailing '/')")
@@ -153,8 +152,7 @@ def _content_type(request: web.BaseRequest) -> str:
 
 
 def client_address(request: web.BaseRequest) -> str:
-    """The address a request's client is counted and logged by, spelled as its connection's (an
-    IPv4-mapped IPv6 one as IPv4): its request share and its connections are one client's."""
+    """The address a request's client is counted and logged by, spelled as its connection's."""
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return peer_address(peer) if peer else request.remote or ""
 
@@ -419,8 +417,7 @@ class HttpFront(Front):
         model: ModelSignature | None,
     ) -> web.Response:
         """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline. A hang-up
-        cancels a POST that is no inference (Triton answers those at once), not an inference Triton has
-        (``Deadlines.within``, fault matrix row 38)."""
+        cancels a POST that is no inference, not an inference Triton has (``Deadlines.within``, row 38)."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request.method, target, headers, body)

@@ -157,8 +157,7 @@ def current_server_pid(pid_file: Path | None) -> int | None:
 
 
 class Front:
-    """What both fronts hold, from their flags: tritonserver's state, the shares, the models' configs
-    (``_model_config`` fetches one in the front's protocol), the admin key, the clients' shared memory."""
+    """What both fronts hold; ``_model_config`` fetches a config in the front's own protocol."""
 
     regions: type[FrontRegions]  # the clients' shared memory in the front's protocol
 
@@ -196,8 +195,7 @@ def _still_needed(args: argparse.Namespace) -> bool:
 
 
 async def _until_stopped(args: argparse.Namespace) -> None:
-    """Until SIGTERM or nobody needs the server; meanwhile its regions stay owner-only and the refusals
-    counted since their last log line are written once their window has passed."""
+    """Until SIGTERM or nobody needs the server, keeping its regions owner-only and the refusal log due."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     own_regions = ServerRegions(args.shm_prefix)  # this server's prefix alone: no /proc scan a second
@@ -214,8 +212,7 @@ def run_front(
     argv: list[str] | None,
     start: Callable[[argparse.Namespace], Awaitable[Callable[[], Awaitable[None]]]],
 ) -> None:
-    """Run a front with ``parser``'s flags and the shares': ``start(args)`` listens and returns its
-    ``stop()``, awaited once ``_until_stopped``."""
+    """Run a front: ``start(args)`` listens and returns its ``stop()``, awaited once ``_until_stopped``."""
     add_share_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
