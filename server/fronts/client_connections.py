@@ -98,7 +98,7 @@ class ClientConnections(AddressCounts):
 
     def __init__(self, limits: ConnectionShare, kept: int = 0) -> None:
         super().__init__(limits.per_address, descriptor_room(limits.total, kept))
-        self.refused_waiting = 0
+        self.refused_waiting: set[object] = set()  # refused connections waiting for their answer or close
 
     def admit(self, address: str) -> str | None:
         """Count a new connection from ``address``; or, beyond a share, why it is refused (not counted)."""
@@ -117,15 +117,15 @@ class ClientConnections(AddressCounts):
             "other clients close theirs"
         )
 
-    def wait_refused(self) -> bool:
+    def wait_refused(self, connection: object) -> bool:
         """Whether a refused connection may wait for its answer (counted until ``refused_gone``)."""
-        if self.refused_waiting >= REFUSED_WAITING:
+        if len(self.refused_waiting) >= REFUSED_WAITING:
             return False
-        self.refused_waiting += 1
+        self.refused_waiting.add(connection)
         return True
 
-    def refused_gone(self) -> None:
-        self.refused_waiting -= 1
+    def refused_gone(self, connection: object) -> None:
+        self.refused_waiting.discard(connection)
 
 
 def close_after_answer(transport: asyncio.BaseTransport) -> None:

@@ -460,7 +460,6 @@ class FrontConnection(h2c.Endpoint):
         self.address = self.name = ""  # the client's: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``
         self.handshaken = False
         self.refusal = ""  # beyond the client's share of connections (row 73): its first call's answer
-        self.refused_waiting = False  # counted among the front's refused connections that wait
         self.stopping = False
         self.idle_since = 0.0
         self.timer: asyncio.TimerHandle | None = None
@@ -501,8 +500,7 @@ class FrontConnection(h2c.Endpoint):
         ``REFUSED_WAIT_S`` without a call); one beyond the refused that may wait is closed now."""
         log.debug("refusing a connection from %s: %s", self.name, refusal)
         self.refusal = refusal
-        self.refused_waiting = self.front_limits.clients.wait_refused()
-        if not self.refused_waiting:
+        if not self.front_limits.clients.wait_refused(self):
             self.closed = True
             self.transport.abort()
             return
@@ -624,8 +622,7 @@ class FrontConnection(h2c.Endpoint):
         if self.timer is not None:
             self.timer.cancel()
         if self.refusal:
-            if self.refused_waiting:
-                self.front_limits.clients.refused_gone()
+            self.front_limits.clients.refused_gone(self)
             return
         self.front_limits.clients.release(self.address)
         self.connections.discard(self)

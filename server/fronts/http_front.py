@@ -174,7 +174,6 @@ class FrontConnection(RequestHandler):
     clients: ClientConnections  # the server's, counting this connection (row 73)
     address = ""
     refused = False  # beyond the client's share of connections: answered 503 and never read
-    refused_waiting = False  # counted among the front's refused connections that wait to close
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.address = peer_address(transport.get_extra_info("peername"))
@@ -185,8 +184,7 @@ class FrontConnection(RequestHandler):
         log.debug("refusing a connection from %s: %s", self.address, refusal)  # fault matrix row 73
         self.refused = True
         cast(asyncio.WriteTransport, transport).write(_closing_answer("503 Service Unavailable", refusal))
-        self.refused_waiting = self.clients.wait_refused()
-        if self.refused_waiting:
+        if self.clients.wait_refused(self):
             close_after_answer(transport)
         else:
             transport.close()
@@ -217,8 +215,7 @@ class FrontConnection(RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self.refused:
-            if self.refused_waiting:
-                self.clients.refused_gone()
+            self.clients.refused_gone(self)
             return
         self.clients.release(self.address)
         self._stop_head_timer()
