@@ -72,6 +72,11 @@ LOADS = ("RepositoryModelLoad", "RepositoryModelUnload")
 METADATA_BLOCKS = 1024  # encoded metadata blocks kept (clients send the same few)
 
 
+@functools.lru_cache(maxsize=METADATA_BLOCKS)
+def _metadata_block(kept: tuple[tuple[bytes, bytes], ...], front_key: bytes) -> bytes:
+    return h2c.encode_headers(list(kept)) + front_key
+
+
 def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
     """``refusal`` as the call's status, counted in the front's log when a bound of the front made it."""
     note_refused(refusal, call.connection.address)
@@ -99,7 +104,6 @@ class GrpcFront(Front):
             ClientConnections(self.shares.connections, self.shm.descriptors),
             args.message_timeout_s,
         )
-        self.metadata_blocks: dict[tuple, bytes] = {}
         key = self.key.encode()
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key)]) if key else b""
 
@@ -136,12 +140,7 @@ class GrpcFront(Front):
             for name, value in call.metadata
             if name not in NOT_FORWARDED and not name.startswith(b"grpc-")
         )
-        block = self.metadata_blocks.get(kept)
-        if block is None:
-            if len(self.metadata_blocks) >= METADATA_BLOCKS:
-                self.metadata_blocks.clear()
-            block = self.metadata_blocks[kept] = h2c.encode_headers(list(kept)) + self.front_key
-        return block
+        return _metadata_block(kept, self.front_key)
 
     async def _check(
         self, name: str, raw: bytes
