@@ -188,10 +188,7 @@ def _still_needed(args: argparse.Namespace) -> bool:
     """Its owner or its server still runs (without either flag: until SIGTERM)."""
     if args.owner_pid is None and args.server_pid_file is None:
         return True
-    if args.owner_pid is not None and running(args.owner_pid):
-        return True
-    server = current_server_pid(args.server_pid_file)
-    return server is not None and running(server)
+    return running(args.owner_pid) or running(current_server_pid(args.server_pid_file))
 
 
 async def _until_stopped(args: argparse.Namespace) -> None:
