@@ -33,7 +33,7 @@ from perf.measure.engine import KEPT_CAP_S, P99_SAMPLES, LoadEngine, MeasureSett
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure
 from perf.measure.noise import NoisePolicy
-from perf.measure.server_view import ServerEndpoints, usable_cores
+from perf.measure.server_view import usable_cores
 from perf.measure.target import Target, target_from_spec
 from perf.model.batcher import BatcherConfig
 from perf.spec_overlay import candidate_spec, config_json
@@ -146,11 +146,6 @@ class ModelSession:
             self.server = None
 
     @property
-    def endpoints(self) -> ServerEndpoints:
-        assert self.server is not None
-        return ServerEndpoints.of(self.server)
-
-    @property
     def model_file(self) -> Path:
         """The served ONNX file (the raw reference measures it in-process)."""
         return self.workdir / "repository" / self.base.name / "1" / "model.onnx"
@@ -256,7 +251,7 @@ class ModelSession:
         if sized is not settings:
             log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s,
                      sized.window_batches, 1e3 * self.largest_batch_s)  # fmt: skip
-        run = measure(self.target, load, sized, self.endpoints, label, self.related, engine or self.engine)
+        run = measure(self.target, load, sized, self.server, label, self.related, engine or self.engine)
         self.runs.append(run)
         return run
 
