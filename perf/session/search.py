@@ -214,8 +214,7 @@ def decide(
 def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Measurement | None]:
     """``key``'s held rate, the lowest decided miss above it, and that miss's last run."""
     held = evidence.held_rate(key) or None
-    decided = [(r, evidence.verdict(key, r)) for r in evidence.rates(key)]
-    above = [r for r, v in decided if v is Verdict.MISSES and (held is None or r > held)]
+    above = [r for r in evidence.rates(key) if r > (held or 0) and evidence.verdict(key, r) is Verdict.MISSES]
     missed = min(above, default=None)
     return held, missed, evidence.of(key, missed)[-1] if missed is not None else None
 
