@@ -3,7 +3,8 @@ model is built once at the grid's largest ``max_batch_size`` (so the Python back
 every candidate); each candidate is a ``load_model`` with a config override, seconds where a rebuild and
 restart take a minute. A server that dies raises ``ServerDiedError`` (exit status 1): the run is no
 evidence about the configuration, and the commands keep its log. A pipeline's session reloads every
-stage with each candidate's batching; its server view is the first stage's."""
+stage with each candidate's batching (the first waits the delay, later stages ``stage_batching``'s short
+re-forming wait); its server view is the first stage's."""
 
 from __future__ import annotations
 
