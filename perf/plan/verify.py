@@ -203,10 +203,8 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
             runs = evidence.of(label, rate)
             last, predicted = runs[-1], predictor.at(rate)
             rows.append(VerificationRow(
-                strategy=label, fraction=rate / judged.rate if judged.rate else 0.0, rate=rate,
-                predicted_p99_ms=predicted.p99_ms, measured_p99_ms=last.p99_ms,
-                predicted_throughput=predicted.throughput, measured_throughput=last.throughput,
-                sustained=last.sustained, met=last.meets(plan.request.budget_ms), runs=len(runs),
+                strategy=label, rate=rate, predicted_p99_ms=predicted.p99_ms, measured_p99_ms=last.p99_ms,
+                measured_throughput=last.throughput, met=last.meets(plan.request.budget_ms), runs=len(runs),
                 verdict=evidence.verdict(label, rate).value, samples=last.samples, too_few=last.too_few,
                 runs_p99_ms=tuple(r.p99_ms for r in runs),
                 runs_met=tuple(r.meets(plan.request.budget_ms) for r in runs),
