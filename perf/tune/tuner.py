@@ -15,8 +15,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from perf.errors import NothingMeetsError, StudyError
+from perf.errors import StudyError
 from perf.markdown import number
 from perf.measure.loads import Load, poisson
 from perf.measure.measurement import Measurement
@@ -84,13 +85,12 @@ class Point:
 
 @dataclass
 class Candidate:
-    """A configuration searched on the server: its points, and the highest rate it held (0: none)."""
+    """A configuration searched on the server, and the points its search measured."""
 
     config: BatcherConfig
     predicted_rate: float
     points: list[Point]
     seconds: float
-    rate: float
 
 
 @dataclass
@@ -186,8 +186,7 @@ def search_candidate(
         label=f"search {config.label}", step=step,
     )  # fmt: skip
     points = [point_of(result, request, evidence, config, rate) for rate in rates]
-    held = evidence.held_rate(config)
-    return Candidate(config, predicted, points, time.perf_counter() - started, held)
+    return Candidate(config, predicted, points, time.perf_counter() - started)
 
 
 def verify(
@@ -228,7 +227,7 @@ def settle(
     for _ in range(SETTLE_ROUNDS):
         found = evidence.best(at=request.rate, prefer=[*answers, *order])
         if found is None:
-            raise nothing_meets(request, evidence, detail)
+            raise evidence.nothing_meets(attrgetter("label"), detail, request.rate or 0.0)
         config, rate = found
         if config not in searched:  # a probe run's or a neighbour's configuration: searched before it stands
             step(f"searching {config.label}: a run held the budget at {rate:,.0f}/s")
@@ -252,13 +251,6 @@ def settle(
         demoted.append(point_of(result, request, evidence, config, rate))
         step(f"{config.label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
     raise StudyError(f"the answer did not settle in {SETTLE_ROUNDS} rounds of search and verification")
-
-
-def nothing_meets(
-    request: TuneRequest, evidence: Evidence[BatcherConfig], detail: str = ""
-) -> NothingMeetsError:
-    """The one-line verdict, naming the closest run over the budget (with a target rate, at it or above)."""
-    return evidence.nothing_meets(lambda config: config.label, detail, request.rate or 0.0)
 
 
 def to_search(
@@ -326,7 +318,7 @@ def tune(
     unpredicted = not ranking or ranking[0].best is None
     detail = why_none(probed, request, ranking) if unpredicted else ""
     if not entries:
-        raise nothing_meets(request, evidence, detail)
+        raise evidence.nothing_meets(attrgetter("label"), detail, request.rate or 0.0)
     if unpredicted:
         step("no candidate is predicted within the budget; searching what the probe measured closest to it")
     started = time.perf_counter()
