@@ -35,11 +35,8 @@ def plot_verification(saved: TuneDocument, path: Path) -> Path:
     for index, config in enumerate(configs):
         points = sorted((p for p in saved.verification if p.config == config), key=lambda p: p.rate)
         label = config + (" (chosen)" if config == saved.chosen else "")
-        for kind, style, figures in (
-            ("predicted", "-", [(p.rate, p.predicted) for p in points]),
-            ("measured", "o", [(p.rate, p.measured) for p in points]),
-        ):
-            shown = [(rate, f.p99_ms) for rate, f in figures if f and f.p99_ms]
+        for kind, style in (("predicted", "-"), ("measured", "o")):
+            shown = [(p.rate, f.p99_ms) for p in points if (f := getattr(p, kind)) and f.p99_ms]
             if shown:
                 rates, p99s = zip(*shown, strict=True)
                 axes.plot(rates, p99s, style, color=f"C{index}", label=f"{label}: {kind}")
