@@ -145,9 +145,8 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
     tuned = write_overlay(args.spec, base, chosen, folder, note, keep, saved.buckets)
     console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
     build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
-    report = render(folder)
     console.print((folder / "overlay.yaml").read_text(), highlight=False)
-    print_summary(saved, report, console)
+    print_summary(saved, render(folder), console)
     return 0
 
 
@@ -208,9 +207,8 @@ def measure_and_pick(
     def progress(text: str) -> None:
         console.print(f"  {text}")
 
-    windows = run_windows(setup.windows, args)
     started = time.perf_counter()
-    keep = args.keep_queue_policy
+    windows, keep = run_windows(setup.windows, args), args.keep_queue_policy
     session = setup.session(
         spec, args.model, grid.largest_batch, setup.workdir, engine, windows, keep_queue=keep
     )
@@ -238,8 +236,7 @@ def measure_and_pick(
 
 def print_summary(saved: TuneDocument, report: Path, console) -> None:
     """The answer in two lines: the measured rate first, the prediction only labelled as one."""
-    operating, noise = saved.operating, saved.noise
-    measured = operating.measured
+    noise, measured = saved.noise, saved.operating.measured
     held = " (holds the host's noise)" if measured and measured.host_noise else ""
     p99 = number(measured.p99_ms) if measured else "–"
     console.print(
@@ -248,7 +245,7 @@ def print_summary(saved: TuneDocument, report: Path, console) -> None:
     )
     console.print(
         f"  p99 at {number(saved.operating_rate, 0)}/s: measured {p99} ms{held}, predicted "
-        f"{number(operating.predicted.p99_ms)} ms; the prediction (not a measurement): "
+        f"{number(saved.operating.predicted.p99_ms)} ms; the prediction (not a measurement): "
         f"{prediction_figure(saved)}; search {saved.seconds.tuner:.0f} s; engine {saved.engine}; "
         f"{len(noise.remeasured)} of {noise.runs} runs measured again for steal; report {report}"
     )
