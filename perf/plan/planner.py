@@ -131,8 +131,7 @@ def judge(strategy: Strategy, profile: ModelProfile, topology: Topology, request
 
 
 def _order(judged: list[Judged]) -> list[Judged]:
-    feasible = [j for j in judged if j.feasible]
-    top = max((j.rate for j in feasible), default=0.0)
+    top = max((j.rate for j in judged if j.feasible), default=0.0)
 
     def key(j: Judged) -> tuple:
         s = j.strategy

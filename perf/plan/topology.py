@@ -175,5 +175,4 @@ def live_topology() -> Topology | None:
         from onnxruntime.capi.build_and_package_info import cuda_version
     except ImportError:
         cuda_version = None
-    warnings = version_warnings(header, cuda_version or None)
-    return topology_from("this host", topo_text, gpus_text, warnings)
+    return topology_from("this host", topo_text, gpus_text, version_warnings(header, cuda_version or None))

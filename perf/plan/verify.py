@@ -84,8 +84,7 @@ def probe_evidence(
 def candidates(plan: Plan, evidence: Evidence[str], count: int) -> list[tuple[Judged, float]]:
     """What the verification searches, from which rate: the best architectures predicted within the budget;
     where none is, those a probe run held it with (``Evidence.worth_searching``)."""
-    top = top_architectures(plan, count)
-    if top:
+    if top := top_architectures(plan, count):
         return [(j, j.rate) for j in top]
     labels = {j.strategy.label: j for j in placed(plan)}
     return [(labels[label], rate) for label, rate in evidence.worth_searching(list(labels), max(count, 1))]
@@ -197,7 +196,6 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
         label = judged.strategy.label
         if label not in evidence.runs:
             continue
-        assert judged.placement is not None
         predictor = Predictor(judged.strategy, plan.profile, judged.placement, plan.request)
         for rate in evidence.runs[label]:
             runs = evidence.of(label, rate)
