@@ -17,10 +17,11 @@ from perf.markdown import number, report_folder
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, plan_document, plot, rate_sentence, render
+from perf.plan.graph_memory import count
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
-from perf.plan.profile import count, measure_profile, plan_target
+from perf.plan.profile import measure_profile, plan_target
 from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
 from perf.plan.verify import Serve, measure_plan, plan_shapes, probe_evidence, real_server, verification_rows

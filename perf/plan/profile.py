@@ -4,7 +4,6 @@ probe, and for a GPU this host lacks a recorded compute profile (docs/PLAN.md ha
 
 from __future__ import annotations
 
-import logging
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -23,16 +22,7 @@ from exporters.sources.load import build_torch_model
 from perf.errors import OptionError
 from perf.measure.raw import measure_raw
 from perf.model.memory import MIB
-from perf.plan.graph_memory import (
-    PROXY_ROWS,
-    TABLES,
-    GraphMemory,
-    GraphMemoryError,
-    compute_proxy,
-    graph_memory,
-    onnx_instance_bytes,
-    too_big_to_build,
-)
+from perf.plan.graph_memory import PROXY_ROWS, TABLES, GraphMemory, compute_proxy, count, onnx_instance_bytes
 from perf.plan.strategy import (
     BOUNDARY_DTYPES,
     OPT_IN_PRECISIONS,
@@ -47,8 +37,6 @@ from perf.session.probe import ProbeResult
 if TYPE_CHECKING:  # annotations only: reading a profile needs pydantic, which the GPU check's machine
     # lacks, and the check imports this module (``precision_variant``)
     from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
-
-log = logging.getLogger(__name__)
 
 
 def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
@@ -151,23 +139,10 @@ def _stage_costs(
     )
 
 
-Counted = tuple[GraphMemory | None, str]
-
-
-def count(model: ModelSpec) -> Counted:
-    """A model's memory from its graph (None: no torch module), and why it is too big to build here ("")."""
-    try:
-        memory = graph_memory(model)
-    except GraphMemoryError as error:
-        log.info("memory measured on the export: %s", error)
-        return None, ""
-    return memory, too_big_to_build(model, memory)
-
-
 def measure_profile(
     spec: Spec, model: str, repository: Path, split: bool = True, probe: ProbeResult | None = None,
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
-    recorded: ComputeProfile | None = None, counted: Counted | None = None,
+    recorded: ComputeProfile | None = None, counted: tuple[GraphMemory | None, str] | None = None,
 ) -> ModelProfile:  # fmt: skip
     """Build the variants into ``repository`` and measure them (``probe``: the costs beyond compute)."""
     memory, proxy_reason = counted or count(spec.model(model))

@@ -15,15 +15,7 @@ from perf.measure.measurement import too_few_note
 from perf.session.search import disagreement
 from perf.studies.goals import GOALS, goals_table
 from perf.studies.plots import plt, save_figure
-from perf.tune.result import (
-    CandidateFigures,
-    CpuFigures,
-    PointFigures,
-    RunFigures,
-    ShortlistFigures,
-    TuneDocument,
-    load,
-)
+from perf.tune.result import CpuFigures, PointFigures, RunFigures, ShortlistFigures, TuneDocument, load
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
@@ -211,7 +203,7 @@ def cpu_sentence(cpu: CpuFigures) -> str:
 
 def candidates_section(saved: TuneDocument) -> list[str]:
     target = saved.target_rate
-    columns: dict[str, Callable[[CandidateFigures], object]] = {
+    columns: dict[str, Callable[[Any], object]] = {
         "candidate": lambda c: c.config + ("" if c.feasible else " (infeasible)"),
         "predicted max rate /s": lambda c: number(c.best.rate, 0) if c.best else "–",
         "p99 there (ms)": lambda c: number(c.best.p99_ms) if c.best else "–",

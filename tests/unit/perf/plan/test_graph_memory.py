@@ -23,7 +23,6 @@ from perf.model.links import GENERIC_NVLINK_GBS, PCIE_GBS, link_for
 from perf.model.memory import GENERIC_CONTEXT_MIB, MIB, context_bytes
 from perf.plan import graph_memory as graph
 from perf.plan import placement as placement_module
-from perf.plan import profile as profile_module
 from perf.plan.cli import command_plan
 from perf.plan.document import PlanDocument
 from perf.plan.graph_memory import (
@@ -285,7 +284,6 @@ def test_make_plan_counts_the_model_s_graph_once(
         return graph_memory(spec)
 
     monkeypatch.setattr(graph, "graph_memory", counting)
-    monkeypatch.setattr(profile_module, "graph_memory", counting)
     code, printed = _run_plan(tmp_path, "--topology", "l4x4-pcie")
     assert code == 0, printed
     assert counted == ["recommender_40gb"]
