@@ -11,8 +11,7 @@ from typing import Any
 from exporters.schema.models import Spec
 from perf.model.memory import HEADROOM
 from perf.plan.placement import Placement, replica_name
-from perf.plan.profile import precision_variant
-from perf.plan.strategy import Strategy
+from perf.plan.strategy import Strategy, precision_variant
 from perf.spec_overlay import apply_overlay, write_merged_spec
 
 

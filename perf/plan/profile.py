@@ -7,7 +7,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,60 +15,16 @@ from exporters.memory import measured_instance_memory
 from exporters.pipelines.build import BuiltPipeline, build_pipelines, make_stages
 from exporters.pipelines.stages import load_stage, stage_examples
 from exporters.repository import build_repository
-from exporters.schema.models import ModelSpec, PipelineSpec, Spec
+from exporters.schema.models import ModelSpec, Spec
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
 from perf.errors import OptionError
 from perf.measure.raw import measure_raw
 from perf.model.memory import MIB
+from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
 from perf.plan.graph_memory import PROXY_ROWS, TABLES, GraphMemory, compute_proxy, count, onnx_instance_bytes
-from perf.plan.strategy import (
-    BOUNDARY_DTYPES,
-    OPT_IN_PRECISIONS,
-    PRECISIONS,
-    TENSOR_DTYPE,
-    ModelProfile,
-    Overheads,
-    StageCost,
-)
+from perf.plan.strategy import ModelProfile, Overheads, StageCost, split_variants, whole_variants
 from perf.session.probe import ProbeResult
-
-if TYPE_CHECKING:  # annotations only: reading a profile needs pydantic, which the GPU check's machine
-    # lacks, and the check imports this module (``precision_variant``)
-    from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
-
-
-def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
-    """``model`` in ``precision`` (float tensors in ``TENSOR_DTYPE[precision]``), ``<name>_<precision>``."""
-    if precision == model.precision:
-        return model
-    floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
-
-    def retyped(tensors):
-        return tuple(replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
-
-    return replace(
-        model, name=f"{model.name}_{precision}", precision=precision,
-        inputs=retyped(model.inputs), outputs=retyped(model.outputs),
-    )  # fmt: skip
-
-
-def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
-    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it."""
-    whole = {}
-    same = (base.source, base.options, base.seed)
-    for precision in PRECISIONS:
-        variant = precision_variant(base, precision)
-        if precision in OPT_IN_PRECISIONS:
-            served = [
-                m for m in spec.models if (m.source, m.options, m.seed, m.precision) == (*same, precision)
-            ]
-            if not served:
-                continue
-            if precision != base.precision:
-                variant = replace(variant, calibration=served[0].calibration)
-        whole[precision] = variant
-    return whole
 
 
 def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
@@ -85,16 +40,6 @@ def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
         f"no model or pipeline named {name!r} (models: {[m.name for m in spec.models]}; "
         f"pipelines: {[p.name for p in spec.pipelines]})"
     )
-
-
-def split_variants(spec: Spec, model: str) -> dict[str, PipelineSpec]:
-    """The spec's first pipeline splitting ``model`` in each boundary dtype, none without one (no live
-    updates: a plan may give the first stage several instances)."""
-    pipelines = [p for p in spec.pipelines if p.model == model]
-    if not pipelines:
-        return {}
-    first = replace(pipelines[0], live_updates=False, replicas=())
-    return {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}
 
 
 def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float:

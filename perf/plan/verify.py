@@ -17,8 +17,7 @@ from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.plan.document import VerificationRow, top_architectures
 from perf.plan.planner import Judged, Plan, Predictor, lost_to
-from perf.plan.profile import precision_variant, split_variants
-from perf.plan.strategy import Strategy
+from perf.plan.strategy import Strategy, precision_variant, split_variants
 from perf.session.model import ModelSession, PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, Server, Verdict, decide, search

@@ -35,8 +35,16 @@ from perf.plan.graph_memory import (
 )
 from perf.plan.placement import PlacementError, exchange, pack_tables, place
 from perf.plan.planner import PlanRequest, Predictor, plan
-from perf.plan.profile import plan_target, precision_variant, split_variants
-from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
+from perf.plan.profile import plan_target
+from perf.plan.strategy import (
+    ModelProfile,
+    Space,
+    StageCost,
+    Strategy,
+    precision_variant,
+    split_variants,
+    strategies,
+)
 from perf.plan.topology import cpu_topology, topology_folder
 from perf.saved import load_document
 
