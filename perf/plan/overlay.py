@@ -30,8 +30,7 @@ def plan_overlay(
 ) -> dict:  # fmt: skip
     """The overlay of ``strategy`` placed as ``placement`` over the spec ``document``: another precision is
     another model, ``<model>_<precision>`` (a copy of the model's entry unless the spec has one); a split is
-    one pipeline per replica, each stage pinned to its GPU. ``buckets``: the shapes step's (None: the
-    spec's)."""
+    one pipeline per replica, each stage pinned to its GPU. ``buckets``: the shapes step's (None: spec's)."""
     batching = {"mode": "dynamic", "max_queue_delay_us": strategy.delay_us}
     base = spec.model(model)
     if strategy.kind == "data":

@@ -310,7 +310,6 @@ def raw_section(saved: TuneDocument) -> list[str]:
 def render(folder: Path, saved: TuneDocument | None = None) -> Path:
     """``report.md`` and its plot in ``folder``, from ``saved`` (None: ``folder/result.json``)."""
     saved = saved or load(folder)
-    plot = plot_verification(saved, folder / "p99_vs_rate.png")
     lines = [
         *headline(saved),
         *noise_section(saved),
@@ -318,10 +317,9 @@ def render(folder: Path, saved: TuneDocument | None = None) -> Path:
         *raw_section(saved),
         *candidates_section(saved),
         *shortlist_section(saved),
-        *verification_section(saved, plot),
+        *verification_section(saved, plot_verification(saved, folder / "p99_vs_rate.png")),
+        *(line for extra in saved.sections for line in ("", *extra)),  # the shapes step's, after the tuner's
     ]
-    for section in saved.sections:
-        lines += ["", *section]
     return write_report(folder / "report.md", lines)
 
 

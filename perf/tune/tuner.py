@@ -219,9 +219,8 @@ def settle(
     searched: dict[BatcherConfig, Candidate], order: Sequence[BatcherConfig], step: Step,
     recheck: Recheck | None = None, detail: str = "",
 ) -> tuple[BatcherConfig, float, list[Point], list[Point]]:  # fmt: skip
-    """The answer (the module docstring, 4): its configuration, its rate, its verification points and
-    the answers a later run refuted. Raises ``NothingMeetsError`` (with ``detail``) where no point
-    holds."""
+    """The answer (the module docstring, 4): its configuration, its rate, its verification points and the
+    answers a later run refuted. Raises ``NothingMeetsError`` (with ``detail``) where no point holds."""
     demoted: list[Point] = []
     answers: list[BatcherConfig] = []
     for _ in range(SETTLE_ROUNDS):
