@@ -52,8 +52,7 @@ def replica_name(base: str, replica: int, replicas: int) -> str:
 def _within_headroom(topology: Topology, planned: dict[int, int]) -> dict[int, int]:
     """``planned`` plus each used GPU's CUDA context, checked against each GPU's headroom."""
     planned = {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
-    over = [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]
-    if over:
+    if over := [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]:
         room = {d: topology.gpu(d).memory.budget_bytes / MIB for d in over}
         details = "; ".join(
             f"GPU{d} needs {planned[d] / MIB:.0f} MiB, has {room[d]:.0f} MiB within 80%" for d in over

@@ -161,8 +161,7 @@ def with_recorded(
     whole: dict[str, StageCost], figures: dict[str, PrecisionCompute], recorded: ComputeProfile
 ) -> tuple[dict[str, StageCost], str]:
     """``whole`` with the recorded compute (others scaled by its first's ratio), and the source."""
-    shared = [p for p in ("fp32", *figures) if p in figures and p in whole]
-    if not shared:
+    if not (shared := [p for p in ("fp32", *figures) if p in figures and p in whole]):
         raise OptionError(
             f"--compute-profile: no precision the plan considers ({', '.join(whole)}) is recorded"
         )

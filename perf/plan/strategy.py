@@ -60,8 +60,7 @@ def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
 def split_variants(spec: Spec, model: str) -> dict[str, PipelineSpec]:
     """The spec's first pipeline splitting ``model`` in each boundary dtype, none without one (no live
     updates: a plan may give the first stage several instances)."""
-    pipelines = [p for p in spec.pipelines if p.model == model]
-    if not pipelines:
+    if not (pipelines := [p for p in spec.pipelines if p.model == model]):
         return {}
     first = replace(pipelines[0], live_updates=False, replicas=())
     return {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}

@@ -166,8 +166,7 @@ def point_of(
     """``config`` at ``rate`` predicted, with what ``evidence`` holds of it."""
     service = result.services.get(config.instances) or next(iter(result.services.values()))
     point = Point(config, rate, predict(config, service, request.load(rate), request.predict_s))
-    runs = evidence.of(config, rate)
-    if runs:
+    if runs := evidence.of(config, rate):
         point.measured, point.runs, point.verdict = runs[-1], len(runs), evidence.verdict(config, rate)
         point.p99s = tuple(run.p99_ms for run in runs)
         point.mets = tuple(run.meets(request.budget_ms) for run in runs)
@@ -259,8 +258,7 @@ def to_search(
     none, the prediction's first), or, where no candidate is predicted within the budget, the
     configurations a probe run held it with (none held: the one whose run came closest, measured
     again from there: a single miss is no verdict)."""
-    predicted = shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]
-    if predicted:
+    if predicted := shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]:
         return [(e.config, e.rate, request.rate or e.rate) for e in predicted]
     found = evidence.worth_searching(count=max(request.shortlist, 1))
     return [(config, 0.0, request.rate or rate) for config, rate in found]
