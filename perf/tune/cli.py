@@ -42,8 +42,6 @@ from perf.tune.tuner import TuneRequest, TuneResult, tune
 from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
-WORKDIR = Path(".run/tune")
-ENGINES = ("auto", "ours", "perf_analyzer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +50,7 @@ class TuneSetup:
 
     quick_grid: Grid = QUICK_GRID
     wide_grid: Grid = WIDE_GRID
-    workdir: Path = WORKDIR
+    workdir: Path = Path(".run/tune")
     windows: MeasureSettings = TUNE_WINDOWS
     session: Callable[..., ModelSession] = ModelSession
     tuner: Callable[..., TuneResult] = tune
@@ -75,7 +73,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add(
         "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
-    add("--engine", choices=ENGINES, default="auto",
+    add("--engine", choices=["auto", "ours", "perf_analyzer"], default="auto",
         help="load engine: our client, perf_analyzer (`make perf-analyzer`), or auto: perf_analyzer where "
         "installed")  # fmt: skip
     add("--keep-queue-policy", action="store_true",
