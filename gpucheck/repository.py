@@ -26,7 +26,7 @@ from exporters.schema.sections import Batching
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
 from gpucheck.grid import Grid
-from perf.plan.profile import precision_variant
+from perf.plan.strategy import precision_variant
 
 log = logging.getLogger(__name__)
 

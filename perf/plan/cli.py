@@ -17,10 +17,11 @@ from perf.markdown import number, report_folder
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, plan_document, plot, rate_sentence, render
+from perf.plan.graph_memory import count
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
-from perf.plan.profile import count, measure_profile, plan_target
+from perf.plan.profile import measure_profile, plan_target
 from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
 from perf.plan.verify import Serve, measure_plan, plan_shapes, probe_evidence, real_server, verification_rows
@@ -90,11 +91,10 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         ("--accuracy", args.accuracy, ">=", 0),
         ("--predict-s", args.predict_s, ">", 0),
     )
-    if (error := bound_error(*bounds) or window_usage_error(args)) is not None:
-        return error
-    if args.probe_runs < 0 or args.verify < 0:
+    error = bound_error(*bounds) or window_usage_error(args)
+    if error is None and (args.probe_runs < 0 or args.verify < 0):
         return "--probe-runs and --verify must be >= 0"
-    return None
+    return error
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -106,8 +106,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP) -> int:
     started = time.perf_counter()
-    spec = load_spec(args.spec)
-    spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
+    spec, model = plan_target(load_spec(args.spec), args.model)  # a model or a pipeline, before building
     base = spec.model(model)
     memory, too_big = count(base)  # the graph's memory, once: whether the server measures, and the profile
     here = not args.topology  # this host runs the plan: a live GPU or this CPU
@@ -208,8 +207,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         planned, server_flags(planned.chosen.placement), measured_rate=measured_rate,
         overlay_written=planned.chosen.strategy.kind != "sharded", shapes=shaped,
     )  # fmt: skip
-    report = render(folder, saved)
-    print_summary(saved, report, console)
+    print_summary(saved, render(folder, saved), console)
     return 0
 
 

@@ -16,6 +16,7 @@ from perf.plan.planner import Judged, Plan, curve
 from perf.session.search import disagreement
 from perf.session.shapes_section import ShapesFigures
 from perf.studies.plots import plt, save_figure
+from perf.tune.report import section
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,10 @@ class VerificationRow:
     """One point measured on the real server: predicted against its last run, its runs and verdict."""
 
     strategy: str  # the strategy's label
-    fraction: float  # of its predicted rate (0: none was predicted within the budget)
     rate: float  # offered, requests/s
     predicted_p99_ms: float
     measured_p99_ms: float
-    predicted_throughput: float
     measured_throughput: float
-    sustained: bool  # the server kept up with the offered rate (the last run)
     met: bool  # the last run was within the budget (and sustained, on enough requests)
     runs: int = 1
     verdict: str = ""  # holds / misses / open: the point, by the search's rule
@@ -147,10 +145,7 @@ def plan_document(
     )  # fmt: skip
 
 
-TOP = 3
-
-
-def top_architectures(plan: Plan, count: int = TOP) -> list[Judged]:
+def top_architectures(plan: Plan, count: int = 3) -> list[Judged]:
     """The best feasible strategy of each architecture (kind, precision, instances, replicas)."""
     best: dict[tuple, Judged] = {}
     for judged in filter(lambda j: j.feasible, plan.judged):
@@ -229,44 +224,38 @@ def render(folder: Path, saved: PlanDocument) -> Path:
         f"Compute figures: {saved.compute_source}.",
         *([f"\nMemory figures: {saved.memory_source}."] if saved.memory_source else []),
         *(f"\n**Warning**: {w}" for w in saved.topology.warnings),
-        "",
-        "## Placement",
-        "",
-        table(["model", "replica", "stage", "GPUs", "instances"],
-              [[a.model, a.replica, a.stage, ", ".join(map(str, a.gpus)) or "CPU", a.instances]
-               for a in saved.placement]),
-        "",
-        "## Every strategy",
-        "",
-        "Rates and p99s here are the prediction's (none: no rate predicted within the budget); a reason "
-        "that names a measurement (demoted, a lower measured rate) is the server's, the others the "
-        "prediction's.",
-        "",
-        table(["strategy", "predicted rate/s", "predicted p99 ms", "memory per device (MiB)", "links",
-               "why it lost"],
-              [[s.label, number(s.rate, 0) if s.rate else "none", number(s.p99_ms) if s.p99_ms else "–",
-                ", ".join(f"{d} {number(m)}" for d, m in s.memory_mib.items()),
-                "; ".join(" ".join(links) for links in s.links if links) or "–", s.reason or chosen]
-               for s in saved.strategies]),
-        "",
-        "![predicted p99 vs rate](p99_vs_rate.png)",
+        *section("Placement", table(
+            ["model", "replica", "stage", "GPUs", "instances"],
+            [[a.model, a.replica, a.stage, ", ".join(map(str, a.gpus)) or "CPU", a.instances]
+             for a in saved.placement],
+        )),
+        *section(
+            "Every strategy",
+            "Rates and p99s here are the prediction's (none: no rate predicted within the budget); a reason "
+            "that names a measurement (demoted, a lower measured rate) is the server's, the others the "
+            "prediction's.",
+            table(["strategy", "predicted rate/s", "predicted p99 ms", "memory per device (MiB)", "links",
+                   "why it lost"],
+                  [[s.label, number(s.rate, 0) if s.rate else "none", number(s.p99_ms) if s.p99_ms else "–",
+                    ", ".join(f"{d} {number(m)}" for d, m in s.memory_mib.items()),
+                    "; ".join(" ".join(links) for links in s.links if links) or "–", s.reason or chosen]
+                   for s in saved.strategies]),
+            "![predicted p99 vs rate](p99_vs_rate.png)",
+        ),
     ]  # fmt: skip
     if saved.verification:
-        lines += [
-            "",
-            "## Predicted vs measured on this machine",
-            "",
+        lines += section(
+            "Predicted vs measured on this machine",
             "Every point the server measured (the probe's runs of a strategy, the search's, the shapes "
             "step's re-measure): the last run's figures, how many runs the point had and what the search's "
             "rule made of them (a miss alone stays open; a point holds when more of its runs met the budget "
             "than missed; a run whose p99 rests on too few requests, marked so, counts as a miss); where a "
             "point's runs disagree, each run's p99 in the order measured.",
-            "",
             table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "runs", "point"],
                   [[v.strategy, number(v.rate, 0), number(v.predicted_p99_ms), v.measured_p99_text,
                     number(v.measured_throughput, 0), v.runs, v.point_text]
                    for v in saved.verification]),
-        ]  # fmt: skip
+        )  # fmt: skip
     if saved.shapes:
         lines += ["", *saved.shapes.section]
     return write_report(folder / "report.md", lines)

@@ -4,6 +4,7 @@ output at once, an upper bound (onnxruntime reuses buffers), so the figure errs 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 TABLES = (nn.Embedding, nn.EmbeddingBag)
 HOST_SHARE = 0.5  # a model whose fp32 parameters exceed this share of the host's memory is not built
 PROXY_ROWS = 10_000  # the rows of each table of the compute proxy (``compute_proxy``)
+log = logging.getLogger(__name__)
 
 
 class GraphMemoryError(ValueError):
@@ -168,6 +170,16 @@ def too_big_to_build(spec: ModelSpec, memory: GraphMemory) -> str:
         f"{spec.name} holds {needed / 2**30:.1f} GiB of fp32 parameters, more than "
         f"{HOST_SHARE:.0%} of this host's {host / 2**30:.1f} GiB: too big to build here"
     )
+
+
+def count(model: ModelSpec) -> tuple[GraphMemory | None, str]:
+    """A model's memory from its graph (None: no torch module), and why it is too big to build here ("")."""
+    try:
+        memory = graph_memory(model)
+    except GraphMemoryError as error:
+        log.info("memory measured on the export: %s", error)
+        return None, ""
+    return memory, too_big_to_build(model, memory)
 
 
 def compute_proxy(spec: ModelSpec) -> ModelSpec | None:

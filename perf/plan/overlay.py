@@ -11,8 +11,7 @@ from typing import Any
 from exporters.schema.models import Spec
 from perf.model.memory import HEADROOM
 from perf.plan.placement import Placement, replica_name
-from perf.plan.profile import precision_variant
-from perf.plan.strategy import Strategy
+from perf.plan.strategy import Strategy, precision_variant
 from perf.spec_overlay import apply_overlay, write_merged_spec
 
 
@@ -31,8 +30,7 @@ def plan_overlay(
 ) -> dict:  # fmt: skip
     """The overlay of ``strategy`` placed as ``placement`` over the spec ``document``: another precision is
     another model, ``<model>_<precision>`` (a copy of the model's entry unless the spec has one); a split is
-    one pipeline per replica, each stage pinned to its GPU. ``buckets``: the shapes step's (None: the
-    spec's)."""
+    one pipeline per replica, each stage pinned to its GPU. ``buckets``: the shapes step's (None: spec's)."""
     batching = {"mode": "dynamic", "max_queue_delay_us": strategy.delay_us}
     base = spec.model(model)
     if strategy.kind == "data":

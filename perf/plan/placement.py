@@ -52,8 +52,7 @@ def replica_name(base: str, replica: int, replicas: int) -> str:
 def _within_headroom(topology: Topology, planned: dict[int, int]) -> dict[int, int]:
     """``planned`` plus each used GPU's CUDA context, checked against each GPU's headroom."""
     planned = {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
-    over = [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]
-    if over:
+    if over := [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]:
         room = {d: topology.gpu(d).memory.budget_bytes / MIB for d in over}
         details = "; ".join(
             f"GPU{d} needs {planned[d] / MIB:.0f} MiB, has {room[d]:.0f} MiB within 80%" for d in over
@@ -68,30 +67,18 @@ def _chains(topology: Topology, stages: int, replicas: int) -> list[tuple[int, .
     gpus = topology.indices
     if replicas * stages > len(gpus):
         raise PlacementError(f"needs {replicas * stages} GPUs, the machine has {len(gpus)}")
-    chains = list(itertools.permutations(gpus, stages))
 
-    def links(chain: tuple[int, ...]) -> list[Link]:
-        return [topology.link(a, b) for a, b in itertools.pairwise(chain)]
+    def chains(order: tuple[int, ...]) -> list[tuple[int, ...]]:
+        return [order[k : k + stages] for k in range(0, len(order), stages)]
 
-    best: tuple | None = None
-    chosen: list[tuple[int, ...]] = []
+    def key(order: tuple[int, ...]) -> tuple:
+        every = [topology.link(a, b) for chain in chains(order) for a, b in itertools.pairwise(chain)]
+        slowest = min((link.gbs for link in every), default=float("inf"))
+        return (slowest, sum(link.gbs for link in every), [-g for g in order])
 
-    def search(start: int, picked: list[tuple[int, ...]], used: set[int]) -> None:
-        nonlocal best, chosen
-        if len(picked) == replicas:
-            every = [link for chain in picked for link in links(chain)]
-            slowest = min((link.gbs for link in every), default=float("inf"))
-            key = (slowest, sum(link.gbs for link in every), [-g for c in picked for g in c])
-            if best is None or key > best:
-                best, chosen = key, list(picked)
-            return
-        for index in range(start, len(chains)):
-            chain = chains[index]
-            if used.isdisjoint(chain) and (not picked or chain[0] > picked[-1][0]):
-                search(index + 1, [*picked, chain], used | set(chain))
-
-    search(0, [], set())
-    return chosen
+    # each set of chains once: their first GPUs in increasing order
+    orders = itertools.permutations(gpus, replicas * stages)
+    return chains(max((o for o in orders if list(o[::stages]) == sorted(o[::stages])), key=key))
 
 
 def _spread(topology: Topology, count: int) -> tuple[int, ...]:

@@ -131,8 +131,7 @@ def judge(strategy: Strategy, profile: ModelProfile, topology: Topology, request
 
 
 def _order(judged: list[Judged]) -> list[Judged]:
-    feasible = [j for j in judged if j.feasible]
-    top = max((j.rate for j in feasible), default=0.0)
+    top = max((j.rate for j in judged if j.feasible), default=0.0)
 
     def key(j: Judged) -> tuple:
         s = j.strategy
@@ -190,5 +189,4 @@ def curve(judged: Judged, profile: ModelProfile, request: PlanRequest, points: i
     """Predicted p99 from a fifth of the strategy's rate to 1.2× it (the report's plot)."""
     assert judged.placement is not None
     predictor = Predictor(judged.strategy, profile, judged.placement, request)
-    rates = [judged.rate * (0.2 + k * 1.0 / (points - 1)) for k in range(points)]
-    return [predictor.at(rate) for rate in rates]
+    return [predictor.at(judged.rate * (0.2 + k / (points - 1))) for k in range(points)]

@@ -4,11 +4,9 @@ probe, and for a GPU this host lacks a recorded compute profile (docs/PLAN.md ha
 
 from __future__ import annotations
 
-import logging
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,71 +15,16 @@ from exporters.memory import measured_instance_memory
 from exporters.pipelines.build import BuiltPipeline, build_pipelines, make_stages
 from exporters.pipelines.stages import load_stage, stage_examples
 from exporters.repository import build_repository
-from exporters.schema.models import ModelSpec, PipelineSpec, Spec
+from exporters.schema.models import ModelSpec, Spec
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
 from perf.errors import OptionError
 from perf.measure.raw import measure_raw
 from perf.model.memory import MIB
-from perf.plan.graph_memory import (
-    PROXY_ROWS,
-    TABLES,
-    GraphMemory,
-    GraphMemoryError,
-    compute_proxy,
-    graph_memory,
-    onnx_instance_bytes,
-    too_big_to_build,
-)
-from perf.plan.strategy import (
-    BOUNDARY_DTYPES,
-    OPT_IN_PRECISIONS,
-    PRECISIONS,
-    TENSOR_DTYPE,
-    ModelProfile,
-    Overheads,
-    StageCost,
-)
+from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
+from perf.plan.graph_memory import PROXY_ROWS, TABLES, GraphMemory, compute_proxy, count, onnx_instance_bytes
+from perf.plan.strategy import ModelProfile, Overheads, StageCost, split_variants, whole_variants
 from perf.session.probe import ProbeResult
-
-if TYPE_CHECKING:  # annotations only: reading a profile needs pydantic, which the GPU check's machine
-    # lacks, and the check imports this module (``precision_variant``)
-    from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
-
-log = logging.getLogger(__name__)
-
-
-def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
-    """``model`` in ``precision`` (float tensors in ``TENSOR_DTYPE[precision]``), ``<name>_<precision>``."""
-    if precision == model.precision:
-        return model
-    floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
-
-    def retyped(tensors):
-        return tuple(replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
-
-    return replace(
-        model, name=f"{model.name}_{precision}", precision=precision,
-        inputs=retyped(model.inputs), outputs=retyped(model.outputs),
-    )  # fmt: skip
-
-
-def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
-    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it."""
-    whole = {}
-    same = (base.source, base.options, base.seed)
-    for precision in PRECISIONS:
-        variant = precision_variant(base, precision)
-        if precision in OPT_IN_PRECISIONS:
-            served = [
-                m for m in spec.models if (m.source, m.options, m.seed, m.precision) == (*same, precision)
-            ]
-            if not served:
-                continue
-            if precision != base.precision:
-                variant = replace(variant, calibration=served[0].calibration)
-        whole[precision] = variant
-    return whole
 
 
 def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
@@ -97,16 +40,6 @@ def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
         f"no model or pipeline named {name!r} (models: {[m.name for m in spec.models]}; "
         f"pipelines: {[p.name for p in spec.pipelines]})"
     )
-
-
-def split_variants(spec: Spec, model: str) -> dict[str, PipelineSpec]:
-    """The spec's first pipeline splitting ``model`` in each boundary dtype, none without one (no live
-    updates: a plan may give the first stage several instances)."""
-    pipelines = [p for p in spec.pipelines if p.model == model]
-    if not pipelines:
-        return {}
-    first = replace(pipelines[0], live_updates=False, replicas=())
-    return {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}
 
 
 def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float:
@@ -151,23 +84,10 @@ def _stage_costs(
     )
 
 
-Counted = tuple[GraphMemory | None, str]
-
-
-def count(model: ModelSpec) -> Counted:
-    """A model's memory from its graph (None: no torch module), and why it is too big to build here ("")."""
-    try:
-        memory = graph_memory(model)
-    except GraphMemoryError as error:
-        log.info("memory measured on the export: %s", error)
-        return None, ""
-    return memory, too_big_to_build(model, memory)
-
-
 def measure_profile(
     spec: Spec, model: str, repository: Path, split: bool = True, probe: ProbeResult | None = None,
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
-    recorded: ComputeProfile | None = None, counted: Counted | None = None,
+    recorded: ComputeProfile | None = None, counted: tuple[GraphMemory | None, str] | None = None,
 ) -> ModelProfile:  # fmt: skip
     """Build the variants into ``repository`` and measure them (``probe``: the costs beyond compute)."""
     memory, proxy_reason = counted or count(spec.model(model))
@@ -241,8 +161,7 @@ def with_recorded(
     whole: dict[str, StageCost], figures: dict[str, PrecisionCompute], recorded: ComputeProfile
 ) -> tuple[dict[str, StageCost], str]:
     """``whole`` with the recorded compute (others scaled by its first's ratio), and the source."""
-    shared = [p for p in ("fp32", *figures) if p in figures and p in whole]
-    if not shared:
+    if not (shared := [p for p in ("fp32", *figures) if p in figures and p in whole]):
         raise OptionError(
             f"--compute-profile: no precision the plan considers ({', '.join(whole)}) is recorded"
         )

@@ -7,6 +7,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from exporters.schema.models import ModelSpec, PipelineSpec, Spec
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.cpu import CpuModel
 from perf.plan.graph_memory import Table
@@ -21,6 +22,48 @@ PRECISIONS = tuple(TENSOR_DTYPE)
 BOUNDARY_DTYPES = ("fp32", "fp16")  # a split's boundary compression (``pipelines[].boundary_dtype``)
 Kind = Literal["data", "pipeline", "hybrid", "sharded"]
 WHOLE_KINDS = ("data", "sharded")  # the whole model's graph, one batcher in front of every instance
+
+
+def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
+    """``model`` in ``precision`` (float tensors in ``TENSOR_DTYPE[precision]``), ``<name>_<precision>``."""
+    if precision == model.precision:
+        return model
+    floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
+
+    def retyped(tensors):
+        return tuple(replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
+
+    return replace(
+        model, name=f"{model.name}_{precision}", precision=precision,
+        inputs=retyped(model.inputs), outputs=retyped(model.outputs),
+    )  # fmt: skip
+
+
+def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
+    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it."""
+    whole = {}
+    same = (base.source, base.options, base.seed)
+    for precision in PRECISIONS:
+        variant = precision_variant(base, precision)
+        if precision in OPT_IN_PRECISIONS:
+            served = [
+                m for m in spec.models if (m.source, m.options, m.seed, m.precision) == (*same, precision)
+            ]
+            if not served:
+                continue
+            if precision != base.precision:
+                variant = replace(variant, calibration=served[0].calibration)
+        whole[precision] = variant
+    return whole
+
+
+def split_variants(spec: Spec, model: str) -> dict[str, PipelineSpec]:
+    """The spec's first pipeline splitting ``model`` in each boundary dtype, none without one (no live
+    updates: a plan may give the first stage several instances)."""
+    if not (pipelines := [p for p in spec.pipelines if p.model == model]):
+        return {}
+    first = replace(pipelines[0], live_updates=False, replicas=())
+    return {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ topo -m`` and ``--query-gpu`` run here or recorded in a ``TOPOLOGY=`` folder; no
 from __future__ import annotations
 
 import csv
-import io
 import logging
 import re
 import shutil
@@ -55,16 +54,14 @@ class Topology:
 
 
 def _mib(cell: str, what: str) -> int:
-    match = re.fullmatch(r"\s*(\d+)\s*MiB\s*", cell)
-    if not match:
+    if not (match := re.fullmatch(r"\s*(\d+)\s*MiB\s*", cell)):
         raise OptionError(f"gpus.csv: {what} {cell!r} is not '<n> MiB' (nvidia-smi --format=csv)")
     return int(match.group(1)) * MIB
 
 
 def parse_gpus(text: str) -> tuple[Gpu, ...]:
     """``nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv`` as printed."""
-    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
-    if not rows:
+    if not (rows := list(csv.reader(text.strip().splitlines(), skipinitialspace=True))):
         raise OptionError("gpus.csv is empty")
     header = [h.strip() for h in rows[0]]
     wanted = ["index", "name", "memory.total [MiB]", "memory.used [MiB]"]
@@ -81,25 +78,21 @@ def parse_gpus(text: str) -> tuple[Gpu, ...]:
 
 def parse_topo(text: str) -> dict[tuple[int, int], str]:
     """``nvidia-smi topo -m``'s level between every pair of GPUs (other columns and the legend ignored)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
+    if not (lines := [line for line in text.splitlines() if line.strip()]):
         raise OptionError("topo.txt is empty")
     header = [cell.strip() for cell in lines[0].split("\t")][1:]
-    gpu_columns = [int(m.group(1)) for m in map(_GPU_COLUMN.match, header) if m]
-    if not gpu_columns:
+    if not (gpu_columns := [int(m.group(1)) for m in map(_GPU_COLUMN.match, header) if m]):
         raise OptionError("topo.txt: its first line names no GPU column (nvidia-smi topo -m prints GPU0 ...)")
     levels: dict[tuple[int, int], str] = {}
     for line in lines[1:]:
         cells = [cell.strip() for cell in line.split("\t")]
-        row = _GPU_COLUMN.match(cells[0])
-        if not row:
+        if not (row := _GPU_COLUMN.match(cells[0])):
             continue
         a = int(row.group(1))
         for b, level in zip(gpu_columns, cells[1 : 1 + len(gpu_columns)], strict=True):
             if a != b:
                 levels[(a, b)] = level
-    missing = [(a, b) for a in gpu_columns for b in gpu_columns if a != b and (a, b) not in levels]
-    if missing:
+    if missing := [(a, b) for a in gpu_columns for b in gpu_columns if a != b and (a, b) not in levels]:
         raise OptionError(f"topo.txt: no level for GPU pairs {missing[:4]}")
     return levels
 
@@ -145,8 +138,7 @@ def version_warnings(header: str, onnxruntime_cuda: str | None) -> tuple[str, ..
     """The driver's CUDA version against onnxruntime's: an older driver fails at the first GPU session, which
     a plan should say first."""
     driver = re.search(r"Driver Version:\s*([\d.]+)", header)
-    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
-    if not cuda:
+    if not (cuda := re.search(r"CUDA Version:\s*([\d.]+)", header)):
         return ("nvidia-smi printed no CUDA version; cannot check it against onnxruntime's",)
     if onnxruntime_cuda is None:
         return ()
@@ -175,5 +167,4 @@ def live_topology() -> Topology | None:
         from onnxruntime.capi.build_and_package_info import cuda_version
     except ImportError:
         cuda_version = None
-    warnings = version_warnings(header, cuda_version or None)
-    return topology_from("this host", topo_text, gpus_text, warnings)
+    return topology_from("this host", topo_text, gpus_text, version_warnings(header, cuda_version or None))

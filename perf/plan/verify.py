@@ -17,8 +17,7 @@ from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.plan.document import VerificationRow, top_architectures
 from perf.plan.planner import Judged, Plan, Predictor, lost_to
-from perf.plan.profile import precision_variant, split_variants
-from perf.plan.strategy import Strategy
+from perf.plan.strategy import Strategy, precision_variant, split_variants
 from perf.session.model import ModelSession, PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, Server, Verdict, decide, search
@@ -84,8 +83,7 @@ def probe_evidence(
 def candidates(plan: Plan, evidence: Evidence[str], count: int) -> list[tuple[Judged, float]]:
     """What the verification searches, from which rate: the best architectures predicted within the budget;
     where none is, those a probe run held it with (``Evidence.worth_searching``)."""
-    top = top_architectures(plan, count)
-    if top:
+    if top := top_architectures(plan, count):
         return [(j, j.rate) for j in top]
     labels = {j.strategy.label: j for j in placed(plan)}
     return [(labels[label], rate) for label, rate in evidence.worth_searching(list(labels), max(count, 1))]
@@ -197,16 +195,13 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
         label = judged.strategy.label
         if label not in evidence.runs:
             continue
-        assert judged.placement is not None
         predictor = Predictor(judged.strategy, plan.profile, judged.placement, plan.request)
         for rate in evidence.runs[label]:
             runs = evidence.of(label, rate)
             last, predicted = runs[-1], predictor.at(rate)
             rows.append(VerificationRow(
-                strategy=label, fraction=rate / judged.rate if judged.rate else 0.0, rate=rate,
-                predicted_p99_ms=predicted.p99_ms, measured_p99_ms=last.p99_ms,
-                predicted_throughput=predicted.throughput, measured_throughput=last.throughput,
-                sustained=last.sustained, met=last.meets(plan.request.budget_ms), runs=len(runs),
+                strategy=label, rate=rate, predicted_p99_ms=predicted.p99_ms, measured_p99_ms=last.p99_ms,
+                measured_throughput=last.throughput, met=last.meets(plan.request.budget_ms), runs=len(runs),
                 verdict=evidence.verdict(label, rate).value, samples=last.samples, too_few=last.too_few,
                 runs_p99_ms=tuple(r.p99_ms for r in runs),
                 runs_met=tuple(r.meets(plan.request.budget_ms) for r in runs),

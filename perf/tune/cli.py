@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from exporters.repository import build_repository
@@ -20,7 +20,6 @@ from perf.markdown import number, report_folder, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace
-from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
@@ -43,8 +42,6 @@ from perf.tune.tuner import TuneRequest, TuneResult, tune
 from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
-WORKDIR = Path(".run/tune")
-ENGINES = ("auto", "ours", "perf_analyzer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +50,7 @@ class TuneSetup:
 
     quick_grid: Grid = QUICK_GRID
     wide_grid: Grid = WIDE_GRID
-    workdir: Path = WORKDIR
+    workdir: Path = Path(".run/tune")
     windows: MeasureSettings = TUNE_WINDOWS
     session: Callable[..., ModelSession] = ModelSession
     tuner: Callable[..., TuneResult] = tune
@@ -76,7 +73,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add(
         "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
-    add("--engine", choices=ENGINES, default="auto",
+    add("--engine", choices=["auto", "ours", "perf_analyzer"], default="auto",
         help="load engine: our client, perf_analyzer (`make perf-analyzer`), or auto: perf_analyzer where "
         "installed")  # fmt: skip
     add("--keep-queue-policy", action="store_true",
@@ -93,16 +90,14 @@ def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str 
         return window_error
     if not args.model or args.p99_ms is None:
         return "--model and --p99-ms are required"
-    bounds = (
+    bound = bound_error(
         ("--p99-ms", args.p99_ms, ">", 0),
         ("--rate", args.rate, ">", 0),
         ("--shortlist", args.shortlist, ">=", 0),
     )
-    if (bound := bound_error(*bounds)) is not None:
-        return bound
-    if args.trace and not Path(args.trace).is_file():
+    if bound is None and args.trace and not Path(args.trace).is_file():
         return f"--trace: no such file {args.trace!r}"
-    return None
+    return bound
 
 
 def engine_name(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str:
@@ -148,58 +143,52 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
     tuned = write_overlay(args.spec, base, chosen, folder, note, keep, saved.buckets)
     console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
     build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
-    report = render(folder)
     console.print((folder / "overlay.yaml").read_text(), highlight=False)
-    print_summary(saved, report, console)
+    print_summary(saved, render(folder), console)
     return 0
 
 
 @contextlib.contextmanager
 def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Iterator[None]:
-    """On a ``PerfError`` (the verdict that nothing meets included) write ``partial.md``, then re-raise."""
+    """On a ``PerfError`` (the verdict that nothing meets included) write ``partial.md`` (the error and
+    every run before it, so minutes of measuring survive a failure), then re-raise."""
     try:
         yield
     except PerfError as error:
-        if isinstance(error, NothingMeetsError):
+        if isinstance(error, NothingMeetsError):  # a verdict, not a failure: still no answer to use
             log.info("%s: %s. %s", title, error, error.detail)
+            head = [
+                f"# {title}: no answer",
+                "",
+                f"**{error.verdict}**.",
+                *(["", error.detail] if error.detail else []),
+                "",
+                "Nothing below is an answer: no `spec.tuned.yaml` was written.",
+            ]
         else:
             log.exception("%s failed", title)
-        write_partial(folder, title, error, session.runs)
+            head = [f"# {title}: stopped before the pick", "", f"**{type(error).__name__}**: {error}"]
+        runs = session.runs
+        rows = [
+            [
+                run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
+                number(run.p99_ms), number(run.stats.mean_batch),
+                number(run.windows[0][1] - run.windows[0][0]) if run.windows else "–",
+            ]
+            for run in runs
+        ]  # fmt: skip
+        header = ["run", "offered /s", "served /s", "p99 ms", "mean batch", "window s"]
+        lines = [
+            *head,
+            "",
+            f"{len(runs)} runs were measured before it:" if runs else "No run was measured before it.",
+            "",
+            table(header, rows) if rows else "",
+            "",
+            "`tune.log` in this folder has every step; `perf_analyzer.log` (if present) each of its runs.",
+        ]
+        (folder / "partial.md").write_text("\n".join(lines) + "\n")
         raise
-
-
-def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
-    """``partial.md``: ``error`` and the runs before it, so minutes of measuring survive a failure."""
-    rows = [
-        [
-            run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
-            number(run.p99_ms), number(run.stats.mean_batch), number(run.windows[0][1] - run.windows[0][0])
-            if run.windows else "–",
-        ]
-        for run in runs
-    ]  # fmt: skip
-    header = ["run", "offered /s", "served /s", "p99 ms", "mean batch", "window s"]
-    if isinstance(error, NothingMeetsError):  # a verdict, not a failure: still no answer to use
-        head = [
-            f"# {title}: no answer",
-            "",
-            f"**{error.verdict}**.",
-            *(["", error.detail] if error.detail else []),
-            "",
-            "Nothing below is an answer: no `spec.tuned.yaml` was written.",
-        ]
-    else:
-        head = [f"# {title}: stopped before the pick", "", f"**{type(error).__name__}**: {error}"]
-    lines = [
-        *head,
-        "",
-        f"{len(runs)} runs were measured before it:" if runs else "No run was measured before it.",
-        "",
-        table(header, rows) if rows else "",
-        "",
-        "`tune.log` in this folder has every step; `perf_analyzer.log` (if present) each of its runs.",
-    ]
-    (folder / "partial.md").write_text("\n".join(lines) + "\n")
 
 
 def measure_and_pick(
@@ -216,9 +205,8 @@ def measure_and_pick(
     def progress(text: str) -> None:
         console.print(f"  {text}")
 
-    windows = run_windows(setup.windows, args)
     started = time.perf_counter()
-    keep = args.keep_queue_policy
+    windows, keep = run_windows(setup.windows, args), args.keep_queue_policy
     session = setup.session(
         spec, args.model, grid.largest_batch, setup.workdir, engine, windows, keep_queue=keep
     )
@@ -246,8 +234,7 @@ def measure_and_pick(
 
 def print_summary(saved: TuneDocument, report: Path, console) -> None:
     """The answer in two lines: the measured rate first, the prediction only labelled as one."""
-    operating, noise = saved.operating, saved.noise
-    measured = operating.measured
+    noise, measured = saved.noise, saved.operating.measured
     held = " (holds the host's noise)" if measured and measured.host_noise else ""
     p99 = number(measured.p99_ms) if measured else "–"
     console.print(
@@ -256,7 +243,7 @@ def print_summary(saved: TuneDocument, report: Path, console) -> None:
     )
     console.print(
         f"  p99 at {number(saved.operating_rate, 0)}/s: measured {p99} ms{held}, predicted "
-        f"{number(operating.predicted.p99_ms)} ms; the prediction (not a measurement): "
+        f"{number(saved.operating.predicted.p99_ms)} ms; the prediction (not a measurement): "
         f"{prediction_figure(saved)}; search {saved.seconds.tuner:.0f} s; engine {saved.engine}; "
         f"{len(noise.remeasured)} of {noise.runs} runs measured again for steal; report {report}"
     )

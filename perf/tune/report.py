@@ -15,15 +15,7 @@ from perf.measure.measurement import too_few_note
 from perf.session.search import disagreement
 from perf.studies.goals import GOALS, goals_table
 from perf.studies.plots import plt, save_figure
-from perf.tune.result import (
-    CandidateFigures,
-    CpuFigures,
-    PointFigures,
-    RunFigures,
-    ShortlistFigures,
-    TuneDocument,
-    load,
-)
+from perf.tune.result import CpuFigures, PointFigures, RunFigures, ShortlistFigures, TuneDocument, load
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
@@ -35,12 +27,8 @@ def plot_verification(saved: TuneDocument, path: Path) -> Path:
     for index, config in enumerate(configs):
         points = sorted((p for p in saved.verification if p.config == config), key=lambda p: p.rate)
         label = config + (" (chosen)" if config == saved.chosen else "")
-        for kind, style, figures in (
-            ("predicted", "-", [(p.rate, p.predicted) for p in points]),
-            ("measured", "o", [(p.rate, p.measured) for p in points]),
-        ):
-            shown = [(rate, f.p99_ms) for rate, f in figures if f and f.p99_ms]
-            if shown:
+        for kind, style in (("predicted", "-"), ("measured", "o")):
+            if shown := [(p.rate, f.p99_ms) for p in points if (f := getattr(p, kind)) and f.p99_ms]:
                 rates, p99s = zip(*shown, strict=True)
                 axes.plot(rates, p99s, style, color=f"C{index}", label=f"{label}: {kind}")
     axes.axhline(saved.budget_ms, color="k", linestyle="--", label=f"budget {saved.budget_ms:g} ms")
@@ -214,7 +202,7 @@ def cpu_sentence(cpu: CpuFigures) -> str:
 
 def candidates_section(saved: TuneDocument) -> list[str]:
     target = saved.target_rate
-    columns: dict[str, Callable[[CandidateFigures], object]] = {
+    columns: dict[str, Callable[[Any], object]] = {
         "candidate": lambda c: c.config + ("" if c.feasible else " (infeasible)"),
         "predicted max rate /s": lambda c: number(c.best.rate, 0) if c.best else "–",
         "p99 there (ms)": lambda c: number(c.best.p99_ms) if c.best else "–",
@@ -321,7 +309,6 @@ def raw_section(saved: TuneDocument) -> list[str]:
 def render(folder: Path, saved: TuneDocument | None = None) -> Path:
     """``report.md`` and its plot in ``folder``, from ``saved`` (None: ``folder/result.json``)."""
     saved = saved or load(folder)
-    plot = plot_verification(saved, folder / "p99_vs_rate.png")
     lines = [
         *headline(saved),
         *noise_section(saved),
@@ -329,10 +316,9 @@ def render(folder: Path, saved: TuneDocument | None = None) -> Path:
         *raw_section(saved),
         *candidates_section(saved),
         *shortlist_section(saved),
-        *verification_section(saved, plot),
+        *verification_section(saved, plot_verification(saved, folder / "p99_vs_rate.png")),
+        *(line for extra in saved.sections for line in ("", *extra)),  # the shapes step's, after the tuner's
     ]
-    for section in saved.sections:
-        lines += ["", *section]
     return write_report(folder / "report.md", lines)
 
 

@@ -169,14 +169,13 @@ def _finite(value: float) -> float | None:
 def run_figures(run: Measurement, noise: NoisePolicy) -> RunFigures:
     """One measured run as saved."""
     summary = run.figures
-    cpu = run.server.cpu_load() if run.server else (math.nan, math.nan, math.nan)
     return RunFigures(
         label=run.label, offered=run.offered, served=summary.throughput, p50_ms=_finite(summary.p50_ms),
         p99_ms=_finite(summary.p99_ms), sent=summary.requests, failed=summary.failed, stable=run.stable,
-        mean_batch=run.stats.mean_batch,
+        mean_batch=run.stats.mean_batch, cpu_cores=_finite(run.server.cpu_load()[2]) if run.server else None,
         batches={str(size): bucket.executions for size, bucket in sorted(run.stats.batches.items())},
-        cpu_cores=_finite(cpu[2]), stolen_pct=_finite(100 * run.stolen_share),
-        host_noise=noise.holds_noise(run), engine=run.engine, samples=run.samples, too_few=run.too_few,
+        stolen_pct=_finite(100 * run.stolen_share), host_noise=noise.holds_noise(run), engine=run.engine,
+        samples=run.samples, too_few=run.too_few,
     )  # fmt: skip
 
 
@@ -228,8 +227,7 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
         ShortlistFigures(
             config=c.config.label, predicted_rate=c.predicted_rate,
             measured_rate=evidence.held_rate(c.config), refuted_rate=_finite(evidence.refuted_at(c.config)),
-            seconds=c.seconds,
-            points=tuple(point_figures(p, noise, cores) for p in c.points),
+            seconds=c.seconds, points=tuple(point_figures(p, noise, cores) for p in c.points),
         )
         for c in result.shortlist
     )  # fmt: skip
@@ -239,11 +237,11 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
     )  # fmt: skip
     return TuneDocument(
         model=model, budget_ms=request.budget_ms, target_rate=request.rate, engine=engine,
-        chosen=result.chosen.label,
+        chosen=result.chosen.label, measured_max_rate=result.measured_rate,
         model_pick=result.ranking[0].config.label if result.ranking else "no candidate",
         operating_rate=result.operating_rate, predicted_max_rate=chosen.rate if chosen else None,
-        measured_max_rate=result.measured_rate, operating=point_figures(result.operating_point, noise, cores),
-        seconds=seconds, probe=probe_figures(result, noise), candidates=candidates, shortlist=shortlist,
+        operating=point_figures(result.operating_point, noise, cores), seconds=seconds, shortlist=shortlist,
+        probe=probe_figures(result, noise), candidates=candidates,
         verification=tuple(point_figures(p, noise, cores) for p in result.points),
         demoted=tuple(point_figures(p, noise, cores) for p in result.demoted), noise=noise.account(),
     )  # fmt: skip

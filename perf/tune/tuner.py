@@ -15,8 +15,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from perf.errors import NothingMeetsError, StudyError
+from perf.errors import StudyError
 from perf.markdown import number
 from perf.measure.loads import Load, poisson
 from perf.measure.measurement import Measurement
@@ -84,13 +85,12 @@ class Point:
 
 @dataclass
 class Candidate:
-    """A configuration searched on the server: its points, and the highest rate it held (0: none)."""
+    """A configuration searched on the server, and the points its search measured."""
 
     config: BatcherConfig
     predicted_rate: float
     points: list[Point]
     seconds: float
-    rate: float
 
 
 @dataclass
@@ -166,8 +166,7 @@ def point_of(
     """``config`` at ``rate`` predicted, with what ``evidence`` holds of it."""
     service = result.services.get(config.instances) or next(iter(result.services.values()))
     point = Point(config, rate, predict(config, service, request.load(rate), request.predict_s))
-    runs = evidence.of(config, rate)
-    if runs:
+    if runs := evidence.of(config, rate):
         point.measured, point.runs, point.verdict = runs[-1], len(runs), evidence.verdict(config, rate)
         point.p99s = tuple(run.p99_ms for run in runs)
         point.mets = tuple(run.meets(request.budget_ms) for run in runs)
@@ -186,8 +185,7 @@ def search_candidate(
         label=f"search {config.label}", step=step,
     )  # fmt: skip
     points = [point_of(result, request, evidence, config, rate) for rate in rates]
-    held = evidence.held_rate(config)
-    return Candidate(config, predicted, points, time.perf_counter() - started, held)
+    return Candidate(config, predicted, points, time.perf_counter() - started)
 
 
 def verify(
@@ -220,15 +218,14 @@ def settle(
     searched: dict[BatcherConfig, Candidate], order: Sequence[BatcherConfig], step: Step,
     recheck: Recheck | None = None, detail: str = "",
 ) -> tuple[BatcherConfig, float, list[Point], list[Point]]:  # fmt: skip
-    """The answer (the module docstring, 4): its configuration, its rate, its verification points and
-    the answers a later run refuted. Raises ``NothingMeetsError`` (with ``detail``) where no point
-    holds."""
+    """The answer (the module docstring, 4): its configuration, its rate, its verification points and the
+    answers a later run refuted. Raises ``NothingMeetsError`` (with ``detail``) where no point holds."""
     demoted: list[Point] = []
     answers: list[BatcherConfig] = []
     for _ in range(SETTLE_ROUNDS):
         found = evidence.best(at=request.rate, prefer=[*answers, *order])
         if found is None:
-            raise nothing_meets(request, evidence, detail)
+            raise evidence.nothing_meets(attrgetter("label"), detail, request.rate or 0.0)
         config, rate = found
         if config not in searched:  # a probe run's or a neighbour's configuration: searched before it stands
             step(f"searching {config.label}: a run held the budget at {rate:,.0f}/s")
@@ -254,13 +251,6 @@ def settle(
     raise StudyError(f"the answer did not settle in {SETTLE_ROUNDS} rounds of search and verification")
 
 
-def nothing_meets(
-    request: TuneRequest, evidence: Evidence[BatcherConfig], detail: str = ""
-) -> NothingMeetsError:
-    """The one-line verdict, naming the closest run over the budget (with a target rate, at it or above)."""
-    return evidence.nothing_meets(lambda config: config.label, detail, request.rate or 0.0)
-
-
 def to_search(
     ranking: list[Ranked], request: TuneRequest, evidence: Evidence[BatcherConfig]
 ) -> list[tuple[BatcherConfig, float, float]]:
@@ -268,8 +258,7 @@ def to_search(
     none, the prediction's first), or, where no candidate is predicted within the budget, the
     configurations a probe run held it with (none held: the one whose run came closest, measured
     again from there: a single miss is no verdict)."""
-    predicted = shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]
-    if predicted:
+    if predicted := shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]:
         return [(e.config, e.rate, request.rate or e.rate) for e in predicted]
     found = evidence.worth_searching(count=max(request.shortlist, 1))
     return [(config, 0.0, request.rate or rate) for config, rate in found]
@@ -326,7 +315,7 @@ def tune(
     unpredicted = not ranking or ranking[0].best is None
     detail = why_none(probed, request, ranking) if unpredicted else ""
     if not entries:
-        raise nothing_meets(request, evidence, detail)
+        raise evidence.nothing_meets(attrgetter("label"), detail, request.rate or 0.0)
     if unpredicted:
         step("no candidate is predicted within the budget; searching what the probe measured closest to it")
     started = time.perf_counter()

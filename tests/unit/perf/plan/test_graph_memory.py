@@ -23,7 +23,6 @@ from perf.model.links import GENERIC_NVLINK_GBS, PCIE_GBS, link_for
 from perf.model.memory import GENERIC_CONTEXT_MIB, MIB, context_bytes
 from perf.plan import graph_memory as graph
 from perf.plan import placement as placement_module
-from perf.plan import profile as profile_module
 from perf.plan.cli import command_plan
 from perf.plan.document import PlanDocument
 from perf.plan.graph_memory import (
@@ -36,8 +35,16 @@ from perf.plan.graph_memory import (
 )
 from perf.plan.placement import PlacementError, exchange, pack_tables, place
 from perf.plan.planner import PlanRequest, Predictor, plan
-from perf.plan.profile import plan_target, precision_variant, split_variants
-from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
+from perf.plan.profile import plan_target
+from perf.plan.strategy import (
+    ModelProfile,
+    Space,
+    StageCost,
+    Strategy,
+    precision_variant,
+    split_variants,
+    strategies,
+)
 from perf.plan.topology import cpu_topology, topology_folder
 from perf.saved import load_document
 
@@ -285,7 +292,6 @@ def test_make_plan_counts_the_model_s_graph_once(
         return graph_memory(spec)
 
     monkeypatch.setattr(graph, "graph_memory", counting)
-    monkeypatch.setattr(profile_module, "graph_memory", counting)
     code, printed = _run_plan(tmp_path, "--topology", "l4x4-pcie")
     assert code == 0, printed
     assert counted == ["recommender_40gb"]

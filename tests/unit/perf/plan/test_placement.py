@@ -18,8 +18,7 @@ from perf.model.memory import MIB
 from perf.plan.overlay import merge, plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError, place
 from perf.plan.planner import PlanRequest, plan
-from perf.plan.profile import whole_variants
-from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
+from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies, whole_variants
 from perf.plan.topology import FIXTURES, cpu_topology, parse_gpus, parse_topo, topology_folder
 from perf.spec_overlay import base_document
 

@@ -58,7 +58,7 @@ def test_the_search_never_holds_a_point_on_too_few_requests_and_its_verdict_says
 def test_tunes_and_plans_reports_name_a_run_on_too_few_requests_with_its_count() -> None:
     few, enough = run_figures(measured(40), NoisePolicy()), run_figures(measured(P99_SAMPLES), NoisePolicy())
     assert p99(few, " ms") == "5.0 ms (too few requests: 40)" and p99(enough, " ms") == "5.0 ms"
-    row = VerificationRow("x", 0.5, RATE, 4.0, 5.0, RATE, RATE, True, False, samples=40, too_few=True)
+    row = VerificationRow("x", RATE, 4.0, 5.0, RATE, False, samples=40, too_few=True)
     assert row.measured_p99_text == "5.0 (too few requests: 40)"
 
 
