@@ -28,7 +28,9 @@ def plot_verification(saved: TuneDocument, path: Path) -> Path:
         points = sorted((p for p in saved.verification if p.config == config), key=lambda p: p.rate)
         label = config + (" (chosen)" if config == saved.chosen else "")
         for kind, style in (("predicted", "-"), ("measured", "o")):
-            if shown := [(p.rate, f.p99_ms) for p in points if (f := getattr(p, kind)) and f.p99_ms]:
+            figures = [getattr(p, kind) for p in points]
+            shown = [(p.rate, f.p99_ms) for p, f in zip(points, figures, strict=True) if f and f.p99_ms]
+            if shown:
                 rates, p99s = zip(*shown, strict=True)
                 axes.plot(rates, p99s, style, color=f"C{index}", label=f"{label}: {kind}")
     axes.axhline(saved.budget_ms, color="k", linestyle="--", label=f"budget {saved.budget_ms:g} ms")

@@ -258,7 +258,8 @@ def to_search(
     none, the prediction's first), or, where no candidate is predicted within the budget, the
     configurations a probe run held it with (none held: the one whose run came closest, measured
     again from there: a single miss is no verdict)."""
-    if predicted := shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]:
+    predicted = shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]
+    if predicted:
         return [(e.config, e.rate, request.rate or e.rate) for e in predicted]
     found = evidence.worth_searching(count=max(request.shortlist, 1))
     return [(config, 0.0, request.rate or rate) for config, rate in found]
