@@ -193,7 +193,8 @@ def init_entry(
         raise SpecError("--range", "a Hugging Face model's ids are its vocabulary's; init reads them")
     if kind == "python":
         source: Any = PythonSource(location, path)
-        fields = _python_tensors(source.resolved(Path.cwd()), sample, options or {}, max_length, precision)
+        here = PythonSource(location, path and str(Path(path).resolve()))
+        fields = _python_tensors(here, sample, options or {}, max_length, precision)
         fields["inputs"] = _ranged(fields["inputs"], ranges or {})
         default_name = location.partition(":")[2]
     elif kind == "huggingface":
