@@ -274,13 +274,11 @@ def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSp
     bound = spec.variable_bound
     if not bound:
         return spec, ""
-    import onnxruntime as ort  # only where an ONNX file is tried
-
     from exporters.artifacts.torch_reference import widen
+    from python_backend.onnxruntime.ort_session import open_session  # onnxruntime: only where a file is tried
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 4  # the failures are expected here; the error says what matters
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    # The failures are expected here; the error says what matters.
+    session = open_session(str(onnx_path), 0, 0, ["CPUExecutionProvider"], quiet=True)
 
     def feed(length: int) -> dict[str, np.ndarray]:
         """Inputs at ``length`` as the build runs the file: floats widened (an fp16 spec of an fp32 file)."""
@@ -299,20 +297,17 @@ def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSp
     if not failed:
         return spec, ""
     first = max(failed)  # the failure nearest the bound: the one the warm-up would meet
-    why = failed[first]
-    shapes = shapes_text(feed(first))
+    why, shapes = failed[first], shapes_text(feed(first))
     for stride in STRIDES:
         top = bound // stride * stride
         if top < stride:
             break
         tries = sorted({stride, max(stride, top // 2 // stride * stride), top})
         if all(failure(n) is None for n in tries):
-            fixed = _with_stride(spec, stride, bound)
-            note = (
+            return _with_stride(spec, stride, bound), (
                 f"onnxruntime runs this model only at some lengths ({shapes}: {why}); every multiple of "
                 f"{stride} tried ran, so lengths: and max_shape are multiples of {stride}"
             )
-            return fixed, note
     raise SpecError(
         where,
         f"onnxruntime cannot run the model at {shapes} ({why}), nor at every multiple of any power of two "
