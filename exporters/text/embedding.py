@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -255,16 +254,11 @@ def export_encoder(
     return record | {"cached": False}
 
 
-@dataclass(frozen=True)
-class BuiltTextEmbedding:
-    spec: TextEmbeddingSpec
-    record: dict[str, Any]
-
-
 def build_text_embedding(
     spec: TextEmbeddingSpec, repository: Path, num_gpus: int, ragged: bool = False,
     done: dict[str, Path] | None = None,
-) -> BuiltTextEmbedding:  # fmt: skip
+) -> dict[str, Any]:  # fmt: skip
+    """The service's three models in ``repository``; the encoder's export record."""
     folder = model_folder(spec.package)
     vocab_size = json.loads((folder / "config.json").read_text())["vocab_size"]
     configs = text_configs(spec, num_gpus, ragged, vocab_size)  # placement errors before the slow export
@@ -277,18 +271,19 @@ def build_text_embedding(
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:
         write_config(config, repository / config.name)
-    return BuiltTextEmbedding(spec, record)
+    return record
 
 
 def build_text_embeddings(
     specs: Iterable[TextEmbeddingSpec], repository: Path, num_gpus: int, only: Iterable[str] | None = None
-) -> list[BuiltTextEmbedding]:
+) -> list[tuple[TextEmbeddingSpec, dict[str, Any]]]:
+    """Each service (or those named in ``only``) with its encoder's export record."""
     wanted = None if only is None else set(only)
-    built: list[BuiltTextEmbedding] = []
+    built = []
     done: dict[str, Path] = {}
     for spec in [s for s in specs if wanted is None or s.name in wanted]:
         try:
-            built.append(build_text_embedding(spec, repository, num_gpus, done=done))
+            built.append((spec, build_text_embedding(spec, repository, num_gpus, done=done)))
         except SpecError as error:
             raise SpecError(f"{spec.name}.{error.path}", error.problem) from error
     return built
