@@ -26,7 +26,7 @@ from torch import nn
 
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
 from exporters.artifacts.parity import compare_outputs, worst_of
-from exporters.artifacts.records import current_record, file_sha256, write_record
+from exporters.artifacts.records import current_record, file_sha256, lend_export, write_record
 from exporters.configs.model_config import (
     InstanceGroup,
     ModelConfig,
@@ -218,10 +218,8 @@ def export_encoder(
     ``done`` maps content hashes to folders this build exported: an identical encoder is copied."""
     digest = content_hash(spec, folder)
     path, record_path = out_dir / "model.onnx", out_dir / RECORD
-    twin = (done or {}).get(digest)
-    if twin is not None and current_record(record_path, path, digest) is None:
-        copy_file(twin / "model.onnx", path)
-        copy_file(twin / RECORD, record_path)
+    if digest in (done or {}):
+        lend_export(done[digest], out_dir, digest)
     if done is not None:
         done[digest] = out_dir
     record = current_record(record_path, path, digest)  # an identical export whose file is still there
