@@ -52,21 +52,15 @@ def _huggingface_tensors(location: str, max_length: int | None, precision: str) 
     from exporters.sources.huggingface import describe, model_folder
 
     facts = describe(model_folder(location, f"--huggingface {location}"))
-    longest = max_length or facts["max_length"]
+    longest, hidden = max_length or facts["max_length"], facts["hidden_size"]
     ids = {"dtype": "int64", "shape": (-1,), "max_shape": (longest,)}
+    states = TensorSpec("last_hidden_state", served_float(precision), (-1, hidden), (longest, hidden))
     return {
         "inputs": (
             TensorSpec("input_ids", range=(0, facts["vocab_size"]), **ids),
             TensorSpec("attention_mask", range=(0, 2), **ids),
         ),
-        "outputs": (
-            TensorSpec(
-                "last_hidden_state",
-                served_float(precision),
-                (-1, facts["hidden_size"]),
-                (longest, facts["hidden_size"]),
-            ),
-        ),
+        "outputs": (states,),
     }
 
 
