@@ -187,7 +187,7 @@ def init_entry(
         raise SpecError("--range", "a Hugging Face model's ids are its vocabulary's; init reads them")
     if kind == "python":
         source: Any = PythonSource(location, path)
-        here = PythonSource(location, path and str(Path(path).resolve()))
+        here = PythonSource(location, None if path is None else str(Path(path).resolve()))
         fields = _python_tensors(here, sample, options or {}, max_length, precision)
         fields["inputs"] = _ranged(fields["inputs"], ranges or {})
         default_name = location.partition(":")[2]

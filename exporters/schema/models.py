@@ -320,8 +320,10 @@ def resolved(source: Any, base_dir: Path | None) -> Any:
     location that is no folder there names an installed package and stays as it is."""
     key = "path" if isinstance(source, PythonSource) else dataclasses.fields(source)[0].name
     location = getattr(source, key)
-    absolute = location and str(Path(base_dir or "", location).resolve())
-    if location is None or (isinstance(source, HuggingFaceSource) and not Path(absolute).is_dir()):
+    if location is None:
+        return source
+    absolute = str(Path(base_dir or "", location).resolve())
+    if isinstance(source, HuggingFaceSource) and not Path(absolute).is_dir():
         return source
     return dataclasses.replace(source, **{key: absolute})
 
