@@ -357,7 +357,7 @@ def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> Pipel
     """Parse one entry of ``pipelines``; ``models`` are the already parsed models it may split."""
     if isinstance(data, dict) and "model" in data:
         by_name = {m.name: m for m in models}
-        if data["model"] not in by_name:
+        if not isinstance(data["model"], str) or data["model"] not in by_name:
             raise SpecError(
                 f"{path}.model", f"must name an entry of models ({', '.join(by_name)}), got {data['model']!r}"
             )
