@@ -149,11 +149,10 @@ def main(argv: list[str] | None = None) -> int:
             f"now and then (docs/SERVING.md, row 11); give them "
             f"{QUEUE_POLICY_SPARE_INSTANCES} instances or drop the policy."
         )
-    for item in texts:
-        record = item.record
+    for text, record in texts:
         limits = ", ".join(f"{k} {v:g}" for k, v in record["outputs"][0]["tolerance"].items() if k != "kind")
         console.print(
-            f"text embedding {item.spec.name} ({item.spec.precision}, buckets {list(item.spec.buckets)}): "
+            f"text embedding {text.name} ({text.precision}, buckets {list(text.buckets)}): "
             f"max abs error {record['max_abs_error']:.1e}, min cosine {record['min_cosine']:.6f} vs torch "
             f"(limits: {limits}){' (cached)' if record['cached'] else ''}"
         )

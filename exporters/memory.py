@@ -39,17 +39,6 @@ def _status_kib(field: str) -> int:
     raise ExporterError(f"/proc/self/status has no {field}")
 
 
-def _measure_here(model: Path, inputs: Path) -> dict[str, int]:
-    from python_backend.onnxruntime.ort_session import open_session
-
-    feeds = dict(np.load(inputs))
-    before = _status_kib("VmRSS") * 1024
-    session = open_session(str(model), 1, 1, ["CPUExecutionProvider"])
-    session.run(None, feeds)
-    session.run(None, feeds)
-    return {"instance_bytes": _status_kib("VmHWM") * 1024 - before}
-
-
 def measured_instance_memory(spec: ModelSpec, model: Path) -> int:
     """Bytes one session of ``spec``'s exported ``model`` holds after its ``max_batch_size``, from
     ``memory.json`` when that holds a figure for this very file, else measured now and recorded."""
@@ -80,7 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("model", type=Path)
     parser.add_argument("inputs", type=Path)
     args = parser.parse_args(argv)
-    print(json.dumps(_measure_here(args.model, args.inputs)))
+    from python_backend.onnxruntime.ort_session import open_session
+
+    feeds = dict(np.load(args.inputs))
+    before = _status_kib("VmRSS") * 1024
+    session = open_session(str(args.model), 1, 1, ["CPUExecutionProvider"])
+    session.run(None, feeds)
+    session.run(None, feeds)
+    print(json.dumps({"instance_bytes": _status_kib("VmHWM") * 1024 - before}))
     return 0
 
 

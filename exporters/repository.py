@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporters.artifacts.records import read_record, write_record
+from exporters.artifacts.records import lend_export, read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.configs.models import build_model_config
 from exporters.errors import SpecError
-from exporters.onnx_export import EXPORT_RECORD, HASHED_FIELDS, Artifact, export_onnx
+from exporters.onnx_export import HASHED_FIELDS, Artifact, export_onnx
 from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import ModelSpec, Spec, parse_spec
 
@@ -43,20 +43,10 @@ def build_model(
         b.artifact for b in earlier if all(getattr(b.spec, f) == getattr(spec, f) for f in HASHED_FIELDS)
     ]
     if twins:
-        lend_export(twins[0], out_dir)
+        lend_export(twins[0].path.parent, out_dir, twins[0].content_hash)
     artifact = export_onnx(spec, out_dir)
     write_config(config, repository / spec.name)
     return BuiltModel(spec, config, artifact)
-
-
-def lend_export(artifact: Artifact, out_dir: Path) -> None:
-    """Copy ``artifact`` and its record into ``out_dir`` unless it holds that export; ``export_onnx``
-    checks the copy as any earlier export, so a copy can save work but never change a result."""
-    if (read_record(out_dir / EXPORT_RECORD) or {}).get("content_hash") == artifact.content_hash:
-        return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(artifact.path, out_dir / artifact.path.name)
-    shutil.copy2(artifact.path.with_name(EXPORT_RECORD), out_dir / EXPORT_RECORD)
 
 
 def prepare_repository(repository: Path, keep: Iterable[str]) -> None:

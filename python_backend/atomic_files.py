@@ -21,7 +21,6 @@ def _size(count: int) -> str:
         if count < 1024 or unit == "GiB":
             return f"{count} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
-    return f"{count} B"
 
 
 def free_bytes(path: Path) -> int:
@@ -52,20 +51,11 @@ def explain(error: OSError) -> str:
     return f"no space left to write {error.filename}: {_size(free_bytes(Path(error.filename)))} free"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _sweep(folder: Path) -> None:
+    """Remove the temporaries of writers that died (their process is gone)."""
     for leftover in folder.glob(f"{PARTIAL}*"):
         pid = leftover.name.removeprefix(PARTIAL).split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
             with contextlib.suppress(OSError):
                 leftover.unlink()
 

@@ -11,9 +11,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from python_backend.atomic_files import write_text
+from python_backend.atomic_files import copy_file, write_text
 
 log = logging.getLogger(__name__)
+EXPORT_FILES = ("model.onnx", "export.json")  # an ONNX export: the file served and its record
 
 
 def file_sha256(path: Path) -> str:
@@ -59,6 +60,15 @@ def current_record(path: Path, artifact: Path, digest: str) -> dict[str, Any] | 
     if record is None or record.get("content_hash") != digest:
         return None
     return record if file_matches(artifact, record.get("file_sha256")) else None
+
+
+def lend_export(twin: Path, out_dir: Path, digest: str) -> None:
+    """Copy the export in folder ``twin`` into ``out_dir`` unless that holds it (``digest``) already; the
+    copy is checked as any earlier export, so it can save work but never change a result."""
+    model, record = (out_dir / name for name in EXPORT_FILES)
+    if current_record(record, model, digest) is None:
+        for name in EXPORT_FILES:
+            copy_file(twin / name, out_dir / name)
 
 
 def write_record(path: Path, data: dict[str, Any]) -> None:

@@ -52,21 +52,15 @@ def _huggingface_tensors(location: str, max_length: int | None, precision: str) 
     from exporters.sources.huggingface import describe, model_folder
 
     facts = describe(model_folder(location, f"--huggingface {location}"))
-    longest = max_length or facts["max_length"]
+    longest, hidden = max_length or facts["max_length"], facts["hidden_size"]
     ids = {"dtype": "int64", "shape": (-1,), "max_shape": (longest,)}
+    states = TensorSpec("last_hidden_state", served_float(precision), (-1, hidden), (longest, hidden))
     return {
         "inputs": (
             TensorSpec("input_ids", range=(0, facts["vocab_size"]), **ids),
             TensorSpec("attention_mask", range=(0, 2), **ids),
         ),
-        "outputs": (
-            TensorSpec(
-                "last_hidden_state",
-                served_float(precision),
-                (-1, facts["hidden_size"]),
-                (longest, facts["hidden_size"]),
-            ),
-        ),
+        "outputs": (states,),
     }
 
 
@@ -193,7 +187,8 @@ def init_entry(
         raise SpecError("--range", "a Hugging Face model's ids are its vocabulary's; init reads them")
     if kind == "python":
         source: Any = PythonSource(location, path)
-        fields = _python_tensors(source.resolved(Path.cwd()), sample, options or {}, max_length, precision)
+        here = PythonSource(location, None if path is None else str(Path(path).resolve()))
+        fields = _python_tensors(here, sample, options or {}, max_length, precision)
         fields["inputs"] = _ranged(fields["inputs"], ranges or {})
         default_name = location.partition(":")[2]
     elif kind == "huggingface":
@@ -273,13 +268,11 @@ def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSp
     bound = spec.variable_bound
     if not bound:
         return spec, ""
-    import onnxruntime as ort  # only where an ONNX file is tried
-
     from exporters.artifacts.torch_reference import widen
+    from python_backend.onnxruntime.ort_session import open_session  # onnxruntime: only where a file is tried
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 4  # the failures are expected here; the error says what matters
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    # The failures are expected here; the error says what matters.
+    session = open_session(str(onnx_path), 0, 0, ["CPUExecutionProvider"], quiet=True)
 
     def feed(length: int) -> dict[str, np.ndarray]:
         """Inputs at ``length`` as the build runs the file: floats widened (an fp16 spec of an fp32 file)."""
@@ -298,20 +291,17 @@ def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSp
     if not failed:
         return spec, ""
     first = max(failed)  # the failure nearest the bound: the one the warm-up would meet
-    why = failed[first]
-    shapes = shapes_text(feed(first))
+    why, shapes = failed[first], shapes_text(feed(first))
     for stride in STRIDES:
         top = bound // stride * stride
         if top < stride:
             break
         tries = sorted({stride, max(stride, top // 2 // stride * stride), top})
         if all(failure(n) is None for n in tries):
-            fixed = _with_stride(spec, stride, bound)
-            note = (
+            return _with_stride(spec, stride, bound), (
                 f"onnxruntime runs this model only at some lengths ({shapes}: {why}); every multiple of "
                 f"{stride} tried ran, so lengths: and max_shape are multiples of {stride}"
             )
-            return fixed, note
     raise SpecError(
         where,
         f"onnxruntime cannot run the model at {shapes} ({why}), nor at every multiple of any power of two "

@@ -146,12 +146,11 @@ def make_stages(
 
 def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> PipelineRecord | None:
     """The record of an identical earlier build whose artifacts are all still there, else None."""
-    data = read_record(repository / pipeline.name / RECORD)
     try:
-        record = None if data is None else PipelineRecord.from_json(data)
-    except (KeyError, TypeError, ValueError):  # an older or damaged record: rebuild
+        record = PipelineRecord.from_json(read_record(repository / pipeline.name / RECORD) or {})
+    except (KeyError, TypeError, ValueError):  # none, an older or a damaged record: rebuild
         return None
-    if record is None or record.content_hash != digest or not record.build_id:  # no id: an older build
+    if record.content_hash != digest or not record.build_id:  # no id: an older build
         return None
     intact = all(file_matches(repository / s.name / "1" / s.artifact, s.sha256) for s in record.stages)
     return record if intact else None

@@ -58,12 +58,8 @@ def split_outlier_channels(
         keep = np.ones_like(peaks[tensor], dtype=np.float32)
         keep[channels] = 0.0
         inliers, outliers = f"{tensor}_inliers", f"{tensor}_outliers"
-        model.graph.initializer.extend(
-            [
-                numpy_helper.from_array(keep, f"{tensor}_keep"),
-                numpy_helper.from_array(channels, f"{tensor}_outlier_ids"),
-            ]
-        )
+        model.graph.initializer.append(numpy_helper.from_array(keep, f"{tensor}_keep"))
+        model.graph.initializer.append(numpy_helper.from_array(channels, f"{tensor}_outlier_ids"))
         model.graph.node.extend([
             helper.make_node("Mul", [tensor, f"{tensor}_keep"], [inliers], name=f"{tensor}_inlier_mul"),
             helper.make_node("Gather", [tensor, f"{tensor}_outlier_ids"], [outliers], axis=-1,
@@ -76,11 +72,9 @@ def split_outlier_channels(
             result = node.output[0]
             parts = [f"{result}_inlier_part", f"{result}_outlier_part"]
             node.input[0], node.output[0] = inliers, parts[0]
-            model.graph.node.extend(
-                [
-                    helper.make_node("MatMul", [outliers, rows], [parts[1]], name=f"{node.name}_outliers"),
-                    helper.make_node("Add", parts, [result], name=f"{node.name}_sum"),
-                ]
+            model.graph.node.append(
+                helper.make_node("MatMul", [outliers, rows], [parts[1]], name=f"{node.name}_outliers")
             )
+            model.graph.node.append(helper.make_node("Add", parts, [result], name=f"{node.name}_sum"))
     OnnxModel(model).topological_sort()  # the new nodes were appended: read them after their inputs
     return model

@@ -51,11 +51,6 @@ def _check_callable(key: str, location: str, what: str) -> None:
         raise SpecError(key, f"must be 'package.module:{what}', got {location!r}")
 
 
-def _resolve(base_dir: Path | None, location: str) -> str:
-    """A path of the spec, relative to the spec file's folder (absolute paths stay as they are)."""
-    return str(Path(base_dir or "", location).resolve())
-
-
 @dataclass(frozen=True)
 class PythonSource:
     """``source: {python: "pkg.module:factory", path: folder}``: the user's factory returning an
@@ -68,42 +63,27 @@ class PythonSource:
         check_fields(self)
         _check_callable("python", self.python, "factory")
 
-    def resolved(self, base_dir: Path | None) -> PythonSource:
-        return self if self.path is None else PythonSource(self.python, _resolve(base_dir, self.path))
-
-
-class _FileSource(Checked):
-    """A source whose one field is a path, relative to the spec file's folder."""
-
-    def resolved(self, base_dir: Path | None) -> Any:
-        (location,) = dataclasses.astuple(self)
-        return type(self)(_resolve(base_dir, location))
-
 
 @dataclass(frozen=True)
-class OnnxSource(_FileSource):
+class OnnxSource(Checked):
     """``source: {onnx: path/model.onnx}``: an existing ONNX file, checked and copied in."""
 
     onnx: str
 
 
 @dataclass(frozen=True)
-class TorchExportSource(_FileSource):
+class TorchExportSource(Checked):
     """``source: {torch_export: path/program.pt2}``: a ``torch.export`` program, opened in the sandbox."""
 
     torch_export: str
 
 
 @dataclass(frozen=True)
-class HuggingFaceSource(_FileSource):
+class HuggingFaceSource(Checked):
     """``source: {huggingface: folder or package}``: a transformers model loaded offline, from a local
     folder or an installed package that carries its weights (``get_model_path()``)."""
 
     huggingface: str
-
-    def resolved(self, base_dir: Path | None) -> HuggingFaceSource:
-        candidate = super().resolved(base_dir)
-        return candidate if Path(candidate.huggingface).is_dir() else self
 
 
 Source = str | PythonSource | OnnxSource | TorchExportSource | HuggingFaceSource
@@ -335,11 +315,24 @@ def _named(entries: tuple[Any, ...], name: str, kind: str) -> Any:
     raise SpecError(f"{kind}s", f"no {kind} named {name!r} (have {[e.name for e in entries]})")
 
 
+def resolved(source: Any, base_dir: Path | None) -> Any:
+    """``source`` with its path made absolute from ``base_dir`` (the spec's folder); a Hugging Face
+    location that is no folder there names an installed package and stays as it is."""
+    key = "path" if isinstance(source, PythonSource) else dataclasses.fields(source)[0].name
+    location = getattr(source, key)
+    if location is None:
+        return source
+    absolute = str(Path(base_dir or "", location).resolve())
+    if isinstance(source, HuggingFaceSource) and not Path(absolute).is_dir():
+        return source
+    return dataclasses.replace(source, **{key: absolute})
+
+
 def parse_model(data: Any, path: str, base_dir: Path | None = None) -> ModelSpec:
     """Parse one entry of ``models``; paths in ``source`` are relative to ``base_dir`` (the spec's folder)."""
     spec = parse(ModelSpec, data, path)
     if not isinstance(spec.source, str):
-        spec = dataclasses.replace(spec, source=spec.source.resolved(base_dir))
+        spec = dataclasses.replace(spec, source=resolved(spec.source, base_dir))
     return spec
 
 
@@ -364,7 +357,7 @@ def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> Pipel
     """Parse one entry of ``pipelines``; ``models`` are the already parsed models it may split."""
     if isinstance(data, dict) and "model" in data:
         by_name = {m.name: m for m in models}
-        if data["model"] not in by_name:
+        if not isinstance(data["model"], str) or data["model"] not in by_name:
             raise SpecError(
                 f"{path}.model", f"must name an entry of models ({', '.join(by_name)}), got {data['model']!r}"
             )

@@ -48,22 +48,30 @@ def describe(hint: Any) -> str:
     return SCALARS.get(hint, getattr(hint, "__name__", str(hint)))
 
 
-def check_value(value: Any, hint: Any, path: str, minimum: int | None = None) -> None:
-    """Raise ``SpecError(path, …)`` unless ``value`` fits ``hint`` (and ``minimum`` for integers)."""
+def check_value(value: Any, hint: Any, path: str, minimum: int | None = None, yaml: bool = False) -> Any:
+    """``value`` if it fits ``hint`` (and ``minimum`` for integers), else ``SpecError(path, …)``; with
+    ``yaml``, YAML data as ``hint`` holds it (lists as tuples, mappings as dataclasses)."""
     origin, args = get_origin(hint), get_args(hint)
     if hint is Any:
-        return
+        return value
     if origin is Literal:
         if value not in args:
             raise SpecError(path, f"must be one of {', '.join(map(str, args))}; got {value!r}")
     elif origin in (Union, types.UnionType):
         if value is None and type(None) in args:
-            return
+            return value
+        records = [a for a in args if dataclasses.is_dataclass(a)]
+        if yaml and isinstance(value, dict) and records:
+            fitting = [a for a in records if set(required_names(a)) <= set(value)]
+            if len(fitting) != 1:
+                keys = ", ".join(k for a in records for k in required_names(a))
+                raise SpecError(path, f"a mapping here needs one of the keys {keys}; got {sorted(value)}")
+            return parse(fitting[0], value, path)
+        value = tuple(value) if yaml and isinstance(value, list) else value
         errors = []
         for arm in (a for a in args if a is not type(None)):
             try:
-                check_value(value, arm, path, minimum)
-                return
+                return check_value(value, arm, path, minimum, yaml)
             except SpecError as error:
                 errors.append(error)
         if len(errors) == 1:
@@ -76,18 +84,25 @@ def check_value(value: Any, hint: Any, path: str, minimum: int | None = None) ->
         if hint is int and minimum is not None and value < minimum:
             raise SpecError(path, f"must be >= {minimum}, got {value}")
     elif origin is tuple:
+        value = tuple(value) if yaml and isinstance(value, list) else value
         if not isinstance(value, tuple):
             raise SpecError(path, f"must be a list, got {value!r}")
         items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
         if len(items) != len(value):
             raise SpecError(path, f"must be a list of {len(items)} values, got {list(value)!r}")
-        for index, (item, item_hint) in enumerate(zip(value, items, strict=True)):
-            check_value(item, item_hint, f"{path}[{index}]", minimum)
+        pairs = enumerate(zip(value, items, strict=True))
+        return tuple(
+            check_value(item, item_hint, f"{path}[{i}]", minimum, yaml) for i, (item, item_hint) in pairs
+        )
     elif origin is dict:
         if not isinstance(value, dict):
             raise SpecError(path, f"must be a mapping, got {type(value).__name__}")
-    elif dataclasses.is_dataclass(hint) and not isinstance(value, hint):
-        raise SpecError(path, f"must be a mapping, got {type(value).__name__}")
+    elif dataclasses.is_dataclass(hint):
+        if yaml and isinstance(value, dict):
+            return parse(hint, value, path)
+        if not isinstance(value, hint):
+            raise SpecError(path, f"must be a mapping, got {type(value).__name__}")
+    return value
 
 
 def check_fields(instance: Any) -> None:
@@ -109,33 +124,6 @@ def nested(path: str, error: SpecError) -> SpecError:
     return SpecError(f"{path}.{error.path}" if error.path else path, error.problem)
 
 
-def _from_yaml(value: Any, hint: Any, path: str) -> Any:
-    """YAML data towards ``hint`` (mappings into dataclasses, lists into tuples); the constructor checks."""
-    origin, args = get_origin(hint), get_args(hint)
-    if origin in (Union, types.UnionType):
-        if isinstance(value, dict):
-            records = [a for a in args if dataclasses.is_dataclass(a)]
-            fitting = [a for a in records if set(required_names(a)) <= set(value)]
-            if len(fitting) == 1:
-                return parse(fitting[0], value, path)
-            if records:
-                keys = ", ".join(k for a in records for k in required_names(a))
-                raise SpecError(path, f"a mapping here needs one of the keys {keys}; got {sorted(value)}")
-        if isinstance(value, list):
-            tuples = [a for a in args if get_origin(a) is tuple]
-            return _from_yaml(value, tuples[0], path) if tuples else value
-        return value
-    if origin is tuple and isinstance(value, list):
-        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
-        if len(items) != len(value):
-            return tuple(value)  # the constructor names the length problem
-        pairs = enumerate(zip(value, items, strict=True))
-        return tuple(_from_yaml(v, h, f"{path}[{i}]") for i, (v, h) in pairs)
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        return parse(hint, value, path)
-    return value
-
-
 def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
     """Build ``cls`` from a YAML mapping, errors under ``path``; ``overrides``: values of keys it left out."""
     if not isinstance(data, dict):
@@ -147,8 +135,13 @@ def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
     missing = [name for name in required_names(cls) if name not in data and name not in overrides]
     if missing:
         raise SpecError(f"{path}.{missing[0]}", "is required")
-    types_ = hints(cls)
-    values = {key: _from_yaml(value, types_[key], f"{path}.{key}") for key, value in data.items()}
+    values = {
+        f.name: check_value(
+            data[f.name], hints(cls)[f.name], f"{path}.{f.name}", f.metadata.get(MIN), yaml=True
+        )
+        for f in dataclasses.fields(cls)
+        if f.name in data
+    }
     try:
         return cls(**{**overrides, **values})
     except SpecError as error:

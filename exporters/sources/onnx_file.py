@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from google.protobuf.message import DecodeError
 
 from exporters.artifacts.onnx_files import check_external_data, run_or_explain
@@ -20,6 +19,7 @@ from exporters.schema.models import ModelSpec
 from exporters.schema.sections import VARIABLE, TensorSpec
 from exporters.sources.base import LoadedSource
 from python_backend.dtypes import DTYPES
+from python_backend.onnxruntime.ort_session import open_session
 
 # ONNX element type -> spec name, from the one dtype table (types numpy, hence a model, can carry)
 ONNX_DTYPES = {
@@ -134,10 +134,9 @@ class OnnxModelSource(LoadedSource):
         self.field, self.path = field, path
         self.model = load_checked(self.path, self.field)
         self.graph = graph_tensors(self.model, self.field)  # an unserved type or batch axis: refused here
-        options = ort.SessionOptions()
-        options.log_severity_level = 4  # a shape it refuses is explained by run_or_explain, not logged raw
-        self.session = ort.InferenceSession(
-            self.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        # A shape it refuses is explained by run_or_explain.
+        self.session = open_session(
+            self.model.SerializeToString(), 0, 0, ["CPUExecutionProvider"], quiet=True
         )
 
     def check_signature(self) -> None:

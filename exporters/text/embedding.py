@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from torch import nn
 
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
 from exporters.artifacts.parity import compare_outputs, worst_of
-from exporters.artifacts.records import current_record, file_sha256, write_record
+from exporters.artifacts.records import current_record, file_sha256, lend_export, write_record
 from exporters.configs.model_config import (
     InstanceGroup,
     ModelConfig,
@@ -219,10 +218,8 @@ def export_encoder(
     ``done`` maps content hashes to folders this build exported: an identical encoder is copied."""
     digest = content_hash(spec, folder)
     path, record_path = out_dir / "model.onnx", out_dir / RECORD
-    twin = (done or {}).get(digest)
-    if twin is not None and current_record(record_path, path, digest) is None:
-        copy_file(twin / "model.onnx", path)
-        copy_file(twin / RECORD, record_path)
+    if digest in (done or {}):
+        lend_export(done[digest], out_dir, digest)
     if done is not None:
         done[digest] = out_dir
     record = current_record(record_path, path, digest)  # an identical export whose file is still there
@@ -255,16 +252,11 @@ def export_encoder(
     return record | {"cached": False}
 
 
-@dataclass(frozen=True)
-class BuiltTextEmbedding:
-    spec: TextEmbeddingSpec
-    record: dict[str, Any]
-
-
 def build_text_embedding(
     spec: TextEmbeddingSpec, repository: Path, num_gpus: int, ragged: bool = False,
     done: dict[str, Path] | None = None,
-) -> BuiltTextEmbedding:  # fmt: skip
+) -> dict[str, Any]:  # fmt: skip
+    """The service's three models in ``repository``; the encoder's export record."""
     folder = model_folder(spec.package)
     vocab_size = json.loads((folder / "config.json").read_text())["vocab_size"]
     configs = text_configs(spec, num_gpus, ragged, vocab_size)  # placement errors before the slow export
@@ -277,18 +269,19 @@ def build_text_embedding(
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:
         write_config(config, repository / config.name)
-    return BuiltTextEmbedding(spec, record)
+    return record
 
 
 def build_text_embeddings(
     specs: Iterable[TextEmbeddingSpec], repository: Path, num_gpus: int, only: Iterable[str] | None = None
-) -> list[BuiltTextEmbedding]:
+) -> list[tuple[TextEmbeddingSpec, dict[str, Any]]]:
+    """Each service (or those named in ``only``) with its encoder's export record."""
     wanted = None if only is None else set(only)
-    built: list[BuiltTextEmbedding] = []
+    built = []
     done: dict[str, Path] = {}
     for spec in [s for s in specs if wanted is None or s.name in wanted]:
         try:
-            built.append(build_text_embedding(spec, repository, num_gpus, done=done))
+            built.append((spec, build_text_embedding(spec, repository, num_gpus, done=done)))
         except SpecError as error:
             raise SpecError(f"{spec.name}.{error.path}", error.problem) from error
     return built

@@ -79,9 +79,10 @@ def warmup_feeds(config: dict) -> list[dict]:
     ]
 
 
-def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) -> list:
+def choose_providers(config: dict, args: dict, cache_dir: str) -> list:
     """Providers for this instance: CPU on KIND_CPU; CUDA (after TensorRT FP16 if asked) on KIND_GPU."""
-    if kind != "GPU":
+    device_id = int(args["model_instance_device_id"])
+    if args["model_instance_kind"] != "GPU":
         return ["CPUExecutionProvider"]
     available = ort.get_available_providers()
     if "CUDAExecutionProvider" not in available:
@@ -113,18 +114,9 @@ class TritonPythonModel:
         path = os.path.join(version_dir, filename)
         if not os.path.isfile(path):
             raise pb_utils.TritonModelException(f"{self.name}: no model file at {path}")
-        providers = choose_providers(
-            config,
-            args["model_instance_kind"],
-            int(args["model_instance_device_id"]),
-            os.path.join(version_dir, "trt_cache"),
-        )
-        self.session = open_session(
-            path,
-            _thread_count(config, "intra_op_thread_count"),
-            _thread_count(config, "inter_op_thread_count"),
-            providers,
-        )
+        threads = [_thread_count(config, f"{kind}_op_thread_count") for kind in ("intra", "inter")]
+        providers = choose_providers(config, args, os.path.join(version_dir, "trt_cache"))
+        self.session = open_session(path, *threads, providers)
         declared = {t.name for t in self.inputs}
         actual = {i.name for i in self.session.get_inputs()}
         if declared != actual:
@@ -144,12 +136,9 @@ class TritonPythonModel:
         self.concatenate = pad_concatenate if ragged else np.concatenate
         self.ragged_input = ragged[0] if ragged else None
         if ragged:  # what padding per formed batch costs: elements received vs elements computed
+            what = "elements of the first ragged input: as received, and as computed after padding"
             self.elements = padding_counters(
-                pb_utils,
-                "ragged_batch_elements_total",
-                "elements of the first ragged input: as received, and as computed after padding",
-                self.name,
-                padded_kind="computed",
+                pb_utils, "ragged_batch_elements_total", what, self.name, "computed"
             )
 
     def _run(self, feeds: dict) -> dict:

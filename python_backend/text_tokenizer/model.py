@@ -28,12 +28,8 @@ class TritonPythonModel:
                 f"{self.name}: cannot set up the tokenizer (max_seq_length={length!r}, "
                 f"pad_buckets={buckets!r}, {path}): {error}"
             ) from error
-        self.tokens_counted = padding_counters(
-            pb_utils,
-            "text_tokens_total",
-            "tokens handed to the encoder: real ones, and with padding",
-            self.name,
-        )
+        what = "tokens handed to the encoder: real ones, and with padding"
+        self.tokens_counted = padding_counters(pb_utils, "text_tokens_total", what, self.name)
 
     def _read(self, request) -> list[str] | Exception:
         try:

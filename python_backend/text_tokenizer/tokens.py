@@ -77,9 +77,8 @@ class TextTokenizer:
         return text
 
     def pad_length(self, longest: int) -> int:
-        if not self.buckets:
-            return longest
-        return next(b for b in self.buckets if b >= longest)
+        """The smallest bucket that holds ``longest`` (the last is ``max_length``); no buckets: itself."""
+        return next((b for b in self.buckets if b >= longest), longest)
 
     def _pad(self, encodings: Sequence[Encoding]) -> TokenizedRequest:
         lengths = [len(e.ids) for e in encodings]

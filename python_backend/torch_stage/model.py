@@ -133,11 +133,6 @@ class TritonPythonModel:
         # Contiguous once per batch, so every request's rows are a contiguous view DLPack can hand on.
         return {self.output_names[0]: output.contiguous()}
 
-    @staticmethod
-    def _read(given: dict, names) -> dict | InvalidInputError:
-        """``names`` of ``given`` (a request's inputs by name) as tensors, by DLPack."""
-        return read_inputs(given, names, _from_triton)
-
     def _error(self, error: Exception) -> "pb_utils.InferenceResponse":
         """``error`` for one request, named after this stage (the ensemble's error says which failed)."""
         return error_response(pb_utils, error, f"{self.name}: ")
@@ -145,7 +140,7 @@ class TritonPythonModel:
     def _update(self, given: dict) -> "pb_utils.InferenceResponse":
         """Apply one update request; any failure answers this request alone (lookups still run)."""
         try:
-            arrays = self._read(given, UPDATE_INPUTS)
+            arrays = read_inputs(given, UPDATE_INPUTS, _from_triton)
             if isinstance(arrays, Exception):
                 raise arrays
             update = [arrays[n] for n in UPDATE_INPUTS]
@@ -189,7 +184,7 @@ class TritonPythonModel:
                     updates[index] = self._mixed(inputs) if mixed else self._update(inputs)
         lookups = [i for i in range(len(requests)) if i not in updates]
         results = run_batched(
-            [self._read(given[i], lookup_names) for i in lookups],
+            [read_inputs(given[i], lookup_names, _from_triton) for i in lookups],
             self.inputs,
             self._run,
             concatenate=torch.cat,

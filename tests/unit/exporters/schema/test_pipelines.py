@@ -47,6 +47,7 @@ def test_cut_points_imply_the_stage_count(spec_data: dict[str, Any]) -> None:
     ("fields", "message"),
     [
         ({"model": "nope"}, r"pipelines\[0\]\.model: must name an entry of models"),
+        ({"model": ["image_classifier"]}, r"pipelines\[0\]\.model: must name an entry of models"),
         ({"model": "recommender_fp16"}, r"pipelines\[0\]\.model: pipelines split fp32 models"),
         ({"split": "layers"}, r"pipelines\[0\]\.split: must be one of"),
         ({"split": "embedding_dense"}, r"pipelines\[0\]\.split: embedding_dense needs a recommender"),
