@@ -101,8 +101,7 @@ def latency_figures(measurement: Measurement) -> tuple[float, float, float]:
     summary = measurement.summary()
     if summary.succeeded:
         return summary.p50_ms, summary.p90_ms, summary.p99_ms
-    failed = sum(not r.ok for r in measurement.records)
-    sent = measurement.attempts
+    failed, sent = sum(not r.ok for r in measurement.records), measurement.attempts
     why = Unmeasured(f"no request answered ({failed} of {sent} failed)" if sent else "no request was sent")
     return why, why, why
 
@@ -213,18 +212,11 @@ def predicted_throughput(fit: LatencyFit, mode: str, concurrency: int, formed: d
 def gain_checks(family: FamilyResult, fit: LatencyFit, concurrency: int) -> list[GainCheck]:
     none = at_concurrency(family, "none", concurrency)
     base = none.summary().throughput if none is not None else 0.0
-    if not base or fit is None:
-        return []
     checks = []
-    for mode in family.sweep:
-        spec = MODES[mode]
-        if spec.max_queue_delay_ms is None or spec.instances != 1:
-            continue
+    for mode in family.sweep if base else ():
         measurement = at_concurrency(family, mode, concurrency)
-        if measurement is None:
-            continue
-        histogram = formed_histogram(measurement)
-        if histogram:
+        histogram = formed_histogram(measurement) if measurement else {}
+        if MODES[mode].max_queue_delay_ms is not None and MODES[mode].instances == 1 and histogram:
             predicted = predicted_throughput(fit, mode, concurrency, histogram) / fit.throughput(1)
             checks.append(GainCheck(mode, measurement.summary().throughput / base, predicted))
     return checks
@@ -241,7 +233,7 @@ class Efficiency:
     compute_ratio: float  # raw batch time / server compute time, at the formed batch sizes
     server_cpu_per_1000: float
     raw_cpu_per_1000: float
-    overhead: Overhead | None = None  # serving's cost per execution over raw, at the formed batches
+    overhead: Overhead  # serving's cost per execution over raw, at the formed batches
 
     @property
     def ratio(self) -> float:
