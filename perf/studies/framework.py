@@ -16,7 +16,7 @@ from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load, poisson, read_trace
 from perf.measure.measurement import Measurement, measure
 from perf.measure.server_view import ServerEndpoints
-from perf.measure.target import Target
+from perf.measure.target import Target, target_from_spec
 from perf.studies.goals import Goal
 from perf.studies.profiles import Profile
 from server import ServerOptions, TritonServer
@@ -40,10 +40,18 @@ class StudyContext:
         """A ``TritonServer`` logging into the report folder; ``options``: more ``ServerOptions``."""
         return TritonServer(ServerOptions(repository=repository, log_path=self.folder / log_name, **options))
 
-    def target(self, server: TritonServer, spec: ModelSpec, served_as: str | None = None) -> Target:
+    def url(self, server: TritonServer) -> str:
+        return server.grpc_url if self.profile.protocol == "grpc" else server.http_url
+
+    def target(
+        self, server: TritonServer, spec: ModelSpec, served_as: str = "", collect: int = 1, rows: int = 64
+    ) -> Target:
         """``spec``'s model called as the profile says; ``served_as``: the served name where it differs
-        (a pipeline takes the inputs of the model it splits)."""
-        target = self.profile.target(server, spec, rows=64)
+        (a pipeline takes the inputs of the model it splits); ``collect``: client-side static batching."""
+        p = self.profile
+        target = target_from_spec(
+            spec, self.url(server), p.protocol, collect, p.shared_memory, p.seed, max(collect, rows)
+        )
         return replace(target, model=served_as) if served_as else target
 
     def measure(

@@ -8,12 +8,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporters.schema.models import ModelSpec
 from perf.errors import OptionError, check_at_least
 from perf.measure.engine import MeasureSettings
-from perf.measure.target import PROTOCOLS, Target, target_from_spec
+from perf.measure.target import PROTOCOLS
 from perf.studies.study_spec import COMPARISONS, FAMILIES, MODES, TEXT_MODES
-from server import TritonServer
 
 
 @dataclass(frozen=True)
@@ -81,14 +79,6 @@ class Profile:
             object.__setattr__(
                 self, "concurrencies", tuple(sorted({*self.concurrencies, self.goal_concurrency}))
             )
-
-    def target(
-        self, server: TritonServer, spec: ModelSpec, collect: int = 1, rows: int | None = None
-    ) -> Target:
-        """``spec``'s model called as this profile says (``rows``: default the largest raw batch)."""
-        url = server.grpc_url if self.protocol == "grpc" else server.http_url
-        rows = max(collect, rows or max(self.raw_batch_sizes))
-        return target_from_spec(spec, url, self.protocol, collect, self.shared_memory, self.seed, rows)
 
 
 def _known(what: str, names: tuple[str, ...], known: Collection[str]) -> None:

@@ -45,8 +45,7 @@ def mode_table(rows: list[analysis.Row]) -> str:
             *(ratio(r.ratios.get(k, float("nan"))) for k in ("throughput", "p50_ms", "p90_ms", "p99_ms")),
             *[padding_cell(r)] * padded, ", ".join(notes),
         ])  # fmt: skip
-    note = PADDING_NOTE if padded else ""
-    return table(header, body) + note
+    return table(header, body) + (PADDING_NOTE if padded else "")
 
 
 PADDING_NOTE = (
@@ -74,12 +73,9 @@ def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
          number(analysis.raw_at(raw.raw, max(r.mean_batch, 1), "cpu_s_per_1000"), 3) if raw.raw else "–"]
         for r in rows
     ]  # fmt: skip
-    return table(header, body) + OUTSIDE_SERVER_NOTE
-
-
-OUTSIDE_SERVER_NOTE = (
-    "\n_outside server ms: the client's mean latency minus the server's queue and compute per request._\n"
-)
+    return table(header, body) + (
+        "\n_outside server ms: the client's mean latency minus the server's queue and compute per request._\n"
+    )
 
 
 def article_section(family: FamilyResult) -> str:
@@ -404,10 +400,6 @@ def write_raw(result: StudyResult, folder: Path) -> None:
         shutil.copy2(result.server_log, folder / "server.log")
 
 
-SUMMARY_HEADER = ("mode", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent", "QPS ×none",
-                  "p99 ×none")  # fmt: skip
-
-
 class BatchingStudy:
     # The report folder's main report: report.md, its figures in figures.json (docs/PERF.md).
     name = "report"
@@ -423,6 +415,10 @@ class BatchingStudy:
         result = StudyRunner(context).run()
         path = write_report(result, context.folder)
         return StudyReport(self.name, self.title, path, analysis.all_goals(result), summary_tables(result))
+
+
+SUMMARY_HEADER = ("mode", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent", "QPS ×none",
+                  "p99 ×none")  # fmt: skip
 
 
 def summary_tables(result: StudyResult) -> tuple[SummaryTable, ...]:

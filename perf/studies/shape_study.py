@@ -88,7 +88,7 @@ class ShapeStudy:
             context.progress(f"{model.name}, {name}: not measured (padding changes the answer)")
         context.progress("starting tritonserver")
         with context.server(repository, f"{model.name}-server.log") as server:
-            url = server.grpc_url if profile.protocol == "grpc" else server.http_url
+            url = context.url(server)
 
             def send(buckets: tuple[int, ...] | None) -> Target:
                 return target_from_spec(model, url, profile.protocol, seed=profile.seed, rows=MAX_BATCH,

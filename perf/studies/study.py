@@ -88,7 +88,8 @@ class StudyRunner:
         self.collect = {model_name(f, m): MODES[m].collect for f in profile.families for m in profile.modes}
 
     def target(self, server: TritonServer, model: str) -> Target:
-        return self.profile.target(server, self.spec.model(model), self.collect.get(model, 1))
+        rows = max(self.profile.raw_batch_sizes)  # the raw reference sends these inputs too
+        return self.context.target(server, self.spec.model(model), "", self.collect.get(model, 1), rows)
 
     def _measure(
         self, server: TritonServer, model: str, load: Load, label: str = "", engine: LoadEngine | None = None
