@@ -100,8 +100,7 @@ def write_merged_spec(
     base_path: Path, overlay: dict[str, Any], folder: Path, name: str, note: str,
     merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = apply_overlay,
 ) -> Spec:  # fmt: skip
-    """Write ``overlay.yaml`` and the base spec merged with it as ``name`` into ``folder``; the checked
-    spec."""
+    """``overlay.yaml`` and the base spec merged with it as ``name`` in ``folder``; the checked spec."""
     merged = merge(base_document(base_path), overlay)
     spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field
     header = f"# {note}\n"

@@ -1,6 +1,5 @@
-"""What every study of ``make perf`` stands on: one ``Profile``, one way to call a model, one way to
-measure it with the server's view, one place a report is written (docs/PERF.md, "Writing a new study").
-"""
+"""What every study of ``make perf`` stands on: one ``Profile``, one way to call and measure a model, one
+place a report is written (docs/PERF.md, "Writing a new study")."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ class StudyContext:
         return result
 
     def open_load(self, rate: float, seed_offset: int = 0) -> Load:
-        """The profile's trace, else Poisson at ``rate`` (``seed_offset``: a phase that must not replay
-        the same arrivals)."""
+        """The profile's trace, else Poisson at ``rate`` (``seed_offset``: for a phase of other arrivals)."""
         if self.profile.trace:
             return read_trace(self.profile.trace)
         return poisson(rate, self.profile.seed + seed_offset)

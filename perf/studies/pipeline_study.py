@@ -71,8 +71,7 @@ class Row:
 
 @dataclass
 class Live:
-    """The live phase: the pipeline under fixed load while its parameters change (the updater counts
-    into it as it goes)."""
+    """The pipeline under fixed load while its parameters change (the updater counts into it)."""
 
     figures: Summary | None = None
     updates_applied: int = 0
@@ -82,10 +81,6 @@ class Live:
     @property
     def complete(self) -> bool:
         return self.dense_swapped and self.updates_applied > 0
-
-
-def comparisons(profile: Profile) -> list[Comparison]:
-    return [COMPARISONS[name] for name in profile.pipelines]
 
 
 def runs_live(profile: Profile) -> bool:
@@ -132,7 +127,7 @@ class PipelineStudy:
     serves_spec = True  # the pipelines of the user's spec
 
     def steps(self, profile: Profile) -> int:
-        wanted = comparisons(profile)
+        wanted = [COMPARISONS[name] for name in profile.pipelines]
         if not wanted:
             return 0
         return 2 + 2 * len({c.model for c in wanted}) + 2 * len(wanted) + runs_live(profile)
@@ -146,7 +141,8 @@ class PipelineStudy:
         return write_pipeline_report(context, self, rows, live)
 
     def _measure(self, context: StudyContext, repository: Path) -> tuple[list[Row], Live | None]:
-        profile, wanted = context.profile, comparisons(context.profile)
+        profile = context.profile
+        wanted = [COMPARISONS[name] for name in profile.pipelines]
         spec = study_spec(context.spec_path, wanted)
         context.progress("building the pipeline study repository")
         build_repository(spec, repository, num_gpus=0)

@@ -1,6 +1,5 @@
-"""The queue-policy study: on Triton 2.51 any queue policy can leave requests waiting out the batcher's
-500 ms sleep unless the model has spare instances (docs/SERVING.md, row 11); measured with and without
-the policy, on one instance and on ``SPARE_INSTANCES`` (docs/PERF.md)."""
+"""The queue-policy study: on Triton 2.51 a queue policy can leave requests waiting out the batcher's 500 ms
+sleep unless spare instances wait (docs/SERVING.md, row 11); with and without it, on 1 and 4 instances."""
 
 from __future__ import annotations
 

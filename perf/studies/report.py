@@ -1,6 +1,5 @@
-"""The batching study on the framework and its report folder; the console gets each model's modes under
-the same arrivals (the report is too long to print). Imported only when the study runs: it loads
-matplotlib."""
+"""The batching study on the framework and its report folder (the console gets summary tables: the report
+is too long to print). Imported only when the study runs: it loads matplotlib."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The batching study's run, all on one server so that ratios compare like with like: the harness
-ceiling, then per family a closed-loop sweep of every mode, the same Poisson arrivals for every mode,
-and the raw backend (docs/PERF.md, "Order of work")."""
+"""The batching study's run, all on one server so that ratios compare like with like (docs/PERF.md,
+"Order of work")."""
 
 from __future__ import annotations
 
