@@ -35,11 +35,9 @@ class Unmeasured(float):
 def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
     """Why ``value`` is not a figure to print (None: it is one). ``signed``: a figure that may be
     negative (a change, an error in percent)."""
-    if value is None:
-        return NO_VALUE
-    if isinstance(value, Unmeasured):
-        return value.why or NO_VALUE
-    if math.isnan(value):
+    if isinstance(value, Unmeasured) and value.why:
+        return value.why
+    if value is None or math.isnan(value):
         return NO_VALUE
     if math.isinf(value):
         return INFINITE
