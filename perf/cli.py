@@ -1,7 +1,5 @@
 """``python -m perf``: ``run`` (``make perf``), ``analyzer`` (``make perf-analyzer``), and where the
-exit status of ``tune``, ``plan`` and ``witness`` is decided. Options default to the profile's, and to
-``PERF_*`` variables, so ``make perf`` needs no plumbing.
-"""
+exit status of ``tune``, ``plan`` and ``witness`` is decided; options default to ``PERF_*`` variables."""
 
 from __future__ import annotations
 

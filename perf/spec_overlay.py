@@ -40,10 +40,12 @@ def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fa
     return dataclasses.replace(base, max_batch_size=max_batch_size, batching=batching, instances=instances)
 
 
-def overlay_entry(
-    base: ModelSpec, config: BatcherConfig, keep_queue: bool = False, buckets: tuple[int, ...] | None = None
-) -> dict[str, Any]:
-    """The overlay's entry for one model: ``batching`` whole, and a variable-length model's ``buckets``."""
+def write_overlay(
+    base_path: Path, base: ModelSpec, config: BatcherConfig, folder: Path, note: str,
+    keep_queue: bool = False, buckets: tuple[int, ...] | None = None,
+) -> Spec:  # fmt: skip
+    """``overlay.yaml`` (the model's ``batching`` whole, a variable-length model's ``buckets``) and the merged
+    ``spec.tuned.yaml`` in ``folder``; the checked spec."""
     tuned = candidate_spec(base, config, keep_queue)
     batching: dict[str, Any] = {"mode": tuned.batching.mode}
     if config.batching:
@@ -61,16 +63,13 @@ def overlay_entry(
     }
     if buckets is not None:
         entry["buckets"] = list(buckets)
-    return entry
+    return write_merged_spec(base_path, {"models": [entry]}, folder, "spec.tuned.yaml", note)
 
 
 def _merge(base: Any, over: Any) -> Any:
     """Mappings merge key by key; anything else in ``over`` replaces ``base``."""
     if isinstance(base, dict) and isinstance(over, dict):
-        merged = dict(base)
-        for key, value in over.items():
-            merged[key] = _merge(base.get(key), value) if key in base else copy.deepcopy(value)
-        return merged
+        return {**base, **{key: _merge(base.get(key), value) for key, value in over.items()}}
     return copy.deepcopy(over)
 
 
@@ -110,15 +109,6 @@ def write_merged_spec(
     (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
     (folder / name).write_text(header + anchored + yaml.safe_dump(merged, sort_keys=False))
     return spec
-
-
-def write_overlay(
-    base_path: Path, base: ModelSpec, config: BatcherConfig, folder: Path, note: str,
-    keep_queue: bool = False, buckets: tuple[int, ...] | None = None,
-) -> Spec:  # fmt: skip
-    """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec."""
-    overlay = {"models": [overlay_entry(base, config, keep_queue, buckets)]}
-    return write_merged_spec(base_path, overlay, folder, "spec.tuned.yaml", note)
 
 
 def config_json(spec: ModelSpec) -> str:
