@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import os
 import shutil
 import signal
@@ -144,13 +145,10 @@ def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]
         console=console, transient=False,
     ) as progress:  # fmt: skip
         task = progress.add_task("starting", total=total)
-        started = [False]
+        calls = itertools.count()
 
-        def step(description: str) -> None:
-            if started[0]:
-                progress.advance(task)
-            started[0] = True
-            progress.update(task, description=description[:60])
+        def step(description: str) -> None:  # a step starts: the one before it is done
+            progress.update(task, advance=1 if next(calls) else 0, description=description[:60])
 
         yield step
         progress.update(task, completed=total, description="done")

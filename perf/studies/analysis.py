@@ -49,8 +49,7 @@ class Row:
     ratios: dict[str, float]
     send_lag_p99_ms: float = float("nan")  # how late the client sent, after the last sample arrived
     outside_server_ms: float = float("nan")  # mean latency not spent in the server's queue or compute
-    # A variable-length model: the share of the positions computed that are padding, and positions
-    # computed per position the requests hold (static batching pads each batch to its longest).
+    # A variable-length model: the padding's share of the positions computed, and computed per needed.
     padded_share: float = float("nan")
     padded_compute: float = float("nan")
 

@@ -25,8 +25,7 @@ from perf.studies.study_spec import MODES, study_entries
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"
 BATCHING_PAYS = 0.25  # Δt below this share of T: a batch costs little more than one request
-# A closed-loop run "waited out its delay" when its delay is at least this long and its formed batch
-# holds nearly every request in flight (this share of them).
+# A closed-loop run "waited out its delay": a delay this long, and a batch of nearly all in flight.
 DELAY_BOUND_MS, DELAY_BOUND_FILL = 2.0, 0.9
 
 
@@ -400,7 +399,6 @@ def write_raw(result: StudyResult, folder: Path) -> None:
 
 
 class BatchingStudy:
-    # The report folder's main report: report.md, its figures in figures.json (docs/PERF.md).
     name = "report"
     title = "batching study (every batching mode of each model under the same load)"
     serves_spec = False  # models of --spec (--models) are read into the profile before anything runs

@@ -137,8 +137,7 @@ class StudyRunner:
 
     def _run_family(self, server: TritonServer, family: str) -> FamilyResult:
         out = FamilyResult(family)
-        # Concurrency-major, modes interleaved: the runs compared in a ratio are minutes apart at most,
-        # so drift in what else the shared machine is doing hits all modes alike.
+        # Concurrency-major, modes interleaved: drift on the shared machine hits all modes alike.
         plan = sorted(
             ((load.concurrency, index, mode, load)
              for index, mode in enumerate(self.profile.modes) for load in sweep_loads(self.profile, mode)),

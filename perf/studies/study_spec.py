@@ -140,8 +140,7 @@ def study_spec(
     return parse_spec({"models": study_entries(families, modes, seed, table)})
 
 
-# The pipeline study: each pipeline against a model; ``VARIANTS`` are study-only pipelines built beside
-# the spec's.
+# The pipeline study: each pipeline against a model; ``VARIANTS``: study-only pipelines beside the spec's.
 @dataclass(frozen=True)
 class Comparison:
     """A pipeline measured against ``model``; ``boundaries`` = stages − 1."""
@@ -177,8 +176,7 @@ COMPARISONS: dict[str, Comparison] = {
 LIVE_PIPELINE = "recommender_pipeline"  # the one whose parameters the live phase updates while serving
 
 
-# The text-embedding study: one encoder file served as an ensemble per batching mode (docs/TEXT.md);
-# ``INT8`` is ``buckets`` with the int8 encoder.
+# The text study: one encoder file served per batching mode; ``INT8``: ``buckets`` with the int8 encoder.
 @dataclass(frozen=True)
 class TextMode:
     name: str
