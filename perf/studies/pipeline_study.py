@@ -176,25 +176,23 @@ def _send_updates(url: str, admin_key: str, repository: Path, spec: Spec, count:
     pipeline = spec.pipeline(LIVE_PIPELINE)
     model_spec = spec.model(pipeline.model)
     embedding, dense = pipeline.stage_names
-    client = httpclient.InferenceServerClient(url)
-    try:
-        rng = np.random.default_rng(0)
-        model = build_torch_model(model_spec)
-        for index in range(count):
-            table_index = index % len(model.table_sizes)
-            rows = rng.integers(0, model.table_sizes[table_index], size=UPDATE_ROWS)
-            width = model.embed.tables[table_index].embedding_dim
-            values = rng.standard_normal((UPDATE_ROWS, width)).astype(np.float32)
-            client.infer(embedding, make_inputs(httpclient, embedding_update(table_index, rows, values)))
-            live.updates_applied += 1
-            time.sleep(0.05)
-        publish_dense_version(pipeline, model_spec, repository, version=DENSE_VERSION, seed=DENSE_SEED)
-        client.load_model(dense, headers=admin_headers(admin_key))
-        live.dense_swapped = client.is_model_ready(dense, str(DENSE_VERSION))
-    except Exception:  # the report says the phase was incomplete
-        log.exception("live updates failed: the live phase is incomplete")
-    finally:
-        client.close()
+    with httpclient.InferenceServerClient(url) as client:
+        try:
+            rng = np.random.default_rng(0)
+            model = build_torch_model(model_spec)
+            for index in range(count):
+                table_index = index % len(model.table_sizes)
+                rows = rng.integers(0, model.table_sizes[table_index], size=UPDATE_ROWS)
+                width = model.embed.tables[table_index].embedding_dim
+                values = rng.standard_normal((UPDATE_ROWS, width)).astype(np.float32)
+                client.infer(embedding, make_inputs(httpclient, embedding_update(table_index, rows, values)))
+                live.updates_applied += 1
+                time.sleep(0.05)
+            publish_dense_version(pipeline, model_spec, repository, version=DENSE_VERSION, seed=DENSE_SEED)
+            client.load_model(dense, headers=admin_headers(admin_key))
+            live.dense_swapped = client.is_model_ready(dense, str(DENSE_VERSION))
+        except Exception:  # the report says the phase was incomplete
+            log.exception("live updates failed: the live phase is incomplete")
 
 
 def _measure_live(

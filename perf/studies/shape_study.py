@@ -59,9 +59,8 @@ class ShapeStudy:
     serves_spec = False
 
     def steps(self, profile: Profile) -> int:
-        families = shaped_families(profile)
         # building, starting the server, the one-length run, one run or one refusal a way, padding cost
-        return sum(4 + len(bucket_ways(_model(profile, f), profile.seed)) for f in families)
+        return sum(4 + len(bucket_ways(_model(profile, f), profile.seed)) for f in shaped_families(profile))
 
     def run(self, context: StudyContext) -> StudyReport:
         profile = context.profile
