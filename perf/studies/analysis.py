@@ -333,14 +333,12 @@ def overhead_cell(overhead: Overhead | None) -> str:
     return f"{markdown.UNMEASURED} ({overhead.why})" if overhead.why else number(overhead.ms, 3)
 
 
-def at_raw_sizes(
-    batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint], min_executions: int
-) -> list[Overhead]:
-    """One overhead per raw batch size the server formed at least ``min_executions`` times."""
+def at_raw_sizes(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> list[Overhead]:
+    """One overhead per raw batch size the server formed at least ``MIN_EXECUTIONS`` times."""
     return [
         overhead_of({point.batch: batches[point.batch]}, raw)
         for point in sorted(raw, key=lambda p: p.batch)
-        if point.batch in batches and batches[point.batch].executions >= min_executions
+        if point.batch in batches and batches[point.batch].executions >= MIN_EXECUTIONS
     ]
 
 

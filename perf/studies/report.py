@@ -168,7 +168,7 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
 
 def overhead_section(family: FamilyResult) -> str:
     """Serving's cost per execution at each raw batch size the server formed."""
-    sizes = analysis.at_raw_sizes(analysis.served_batches(family), family.raw, analysis.MIN_EXECUTIONS)
+    sizes = analysis.at_raw_sizes(analysis.served_batches(family), family.raw)
     note = (
         "\n\n_overhead ms / execution: the server's compute per execution (`batch_stats`: input + infer + "
         "output) minus raw onnxruntime's time for the same batch sizes (interpolated between the raw "

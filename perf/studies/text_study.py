@@ -111,7 +111,7 @@ def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch
 
 
 def bucket_latency(
-    onnx_path: str, lengths: Sequence[int], batches: Sequence[int], seconds: float = 0.2
+    onnx_path: str, lengths: Sequence[int], batches: Sequence[int]
 ) -> dict[int, dict[int, float]]:
     """``{padded length: {batch: median ms}}`` in-process, timed as ``measure_raw`` times."""
     rng = np.random.default_rng(0)
@@ -120,7 +120,7 @@ def bucket_latency(
         shape = (max(batches), length)
         ids = rng.integers(1000, 20000, size=shape, dtype=np.int64)
         pool = {"input_ids": ids, "attention_mask": np.ones(shape, dtype=np.int64)}
-        points = measure_raw(Path(onnx_path), pool, batches, seconds=seconds, repeats=3)
+        points = measure_raw(Path(onnx_path), pool, batches, seconds=0.2, repeats=3)
         latency[length] = {point.batch: point.batch_ms for point in points}
     return latency
 
