@@ -196,8 +196,7 @@ def print_goals(goals: list[Goal], console: Console) -> None:
 def command_analyzer(console: Console) -> int:
     from perf.studies.report import BatchingStudy  # matplotlib only when a report is written
 
-    binary = find_perf_analyzer()
-    if binary is None:
+    if find_perf_analyzer() is None:
         console.print(HOW_TO_GET_IT.format(glibc=glibc_version()), highlight=False)
         return 0
     profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))

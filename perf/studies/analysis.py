@@ -448,8 +448,7 @@ def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
             for c in checks
         )
         met = all_met(gain_goal.met(abs(c.error_pct)) for c in checks)
-        limits = OVERHEAD_NOTE if met is False else ""
-        goals.append(gain_goal.outcome(text, met, limits))
+        goals.append(gain_goal.outcome(text, met, OVERHEAD_NOTE if met is False else ""))
     return goals
 
 

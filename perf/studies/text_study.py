@@ -61,8 +61,7 @@ def make_corpus(size: int, seed: int = 0) -> list[CorpusText]:
     corpus = []
     for kind in rng.choice(list(KINDS), size=size, p=shares / shares.sum()):
         low, high = KINDS[kind][1:]
-        words = rng.choice(WORDS, size=int(rng.integers(low, high + 1)))
-        text = " ".join(words)
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(low, high + 1))))
         corpus.append(CorpusText(text[0].upper() + text[1:] + ("?" if kind == "query" else "."), str(kind)))
     return corpus
 
