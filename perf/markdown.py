@@ -41,9 +41,7 @@ def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
         return NO_VALUE
     if math.isinf(value):
         return INFINITE
-    if value < 0 and not signed:
-        return NEGATIVE
-    return None
+    return NEGATIVE if value < 0 and not signed else None
 
 
 def error_percent(predicted: float, measured: float | None) -> float:

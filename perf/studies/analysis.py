@@ -152,9 +152,7 @@ def padding(measurement: Measurement) -> tuple[float, float] | None:
     sized = [r for r in measurement.measured_records() if r.ok and r.sent_length]
     sent = sum(r.batch * r.sent_length for r in sized)
     needed = sum(r.batch * r.length for r in sized)
-    if not sent or not needed:
-        return None
-    return 1 - needed / sent, sent / needed
+    return (1 - needed / sent, sent / needed) if sent and needed else None
 
 
 def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:

@@ -31,9 +31,7 @@ class Mode:
 
     @property
     def max_queue_delay_ms(self) -> float | None:
-        if self.batching["mode"] != "dynamic":
-            return None
-        return self.batching["max_queue_delay_us"] / 1000
+        return self.batching["max_queue_delay_us"] / 1000 if self.batching["mode"] == "dynamic" else None
 
 
 def dynamic(delay_us: int, queue: dict[str, Any] | None = None) -> dict[str, Any]:
