@@ -33,8 +33,7 @@ class Unmeasured(float):
 
 
 def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
-    """Why ``value`` is not a figure to print (None: it is one). ``signed``: a figure that may be
-    negative (a change, an error in percent)."""
+    """Why ``value`` is not a figure to print (None: it is one); ``signed``: it may be negative (a change)."""
     if isinstance(value, Unmeasured) and value.why:
         return value.why
     if value is None or math.isnan(value):

@@ -21,9 +21,8 @@ from perf.model.batcher import BatcherConfig
 
 
 def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = False) -> ModelSpec:
-    """``base`` with the candidate's batching and instance count; its queue policy dropped unless
-    ``keep_queue``: on Triton 2.51 one stalls the batcher ~510 ms every few seconds, and every p99 measured
-    would be that stall."""
+    """``base`` with the candidate's batching and instances; its queue policy dropped unless ``keep_queue``
+    (on Triton 2.51 one stalls the batcher ~510 ms every few seconds: every p99 would be that stall)."""
     if config.batching:
         batching = dataclasses.replace(
             base.batching,
@@ -90,8 +89,7 @@ def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
 
 
 def base_document(base_path: Path) -> dict[str, Any]:
-    """The base spec's document with its source paths made absolute, so a spec merged from it and written
-    elsewhere (a report folder) builds from any folder."""
+    """The base spec with absolute source paths, so a spec merged from it builds from any folder."""
     return with_absolute_paths(load_spec_document(base_path), base_path.resolve().parent)
 
 
