@@ -39,9 +39,7 @@ class Profile:
     text_corpus: int = 512
     text_reference_texts: int = 128
     text_int8: bool = True  # also serve the int8 encoder (buckets) and compare it with fp32
-    queue_policy_s: float = (
-        12.0  # the queue-policy study's fixed span per configuration and load (0: not run)
-    )
+    queue_policy_s: float = 12.0  # the queue-policy study's span per configuration and load (0: not run)
     spec_families: dict[str, dict[str, Any]] = field(default_factory=dict)  # models of --spec, as families
 
     @property
