@@ -1,5 +1,5 @@
 """The queue-policy study: on Triton 2.51 a queue policy can leave requests waiting out the batcher's 500 ms
-sleep unless spare instances wait (docs/SERVING.md, row 11); with and without it, on 1 and 4 instances."""
+sleep unless spare instances wait (docs/SERVING.md, row 11); with and without, on 1 and SPARE_INSTANCES."""
 
 from __future__ import annotations
 
