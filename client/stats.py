@@ -42,13 +42,10 @@ class ModelStats:
     def _merge(self, other: ModelStats, sign: int) -> ModelStats:
         empty = BatchBucket(0, 0)
         batches = {}
-        for size in set(self.batches) | set(other.batches):
+        for size in self.batches.keys() | other.batches.keys():
             mine, theirs = self.batches.get(size, empty), other.batches.get(size, empty)
-            bucket = BatchBucket(
-                mine.executions + sign * theirs.executions, mine.compute_ns + sign * theirs.compute_ns
-            )
-            if bucket.executions > 0:
-                batches[size] = bucket
+            if (executions := mine.executions + sign * theirs.executions) > 0:
+                batches[size] = BatchBucket(executions, mine.compute_ns + sign * theirs.compute_ns)
         counters = (f.name for f in fields(self) if f.name != "batches")
         return ModelStats(
             **{name: getattr(self, name) + sign * getattr(other, name) for name in counters}, batches=batches

@@ -31,7 +31,6 @@ from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
-from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import target_from_spec
 from perf.model.latency import fit_latency
 from perf.model.memory import context_bytes
@@ -205,8 +204,7 @@ def _point(context: Context, spec: Any, concurrency: int, label: str) -> dict[st
     target = target_from_spec(spec, context.session.server.grpc_url, rows=max(concurrency, 1), seed=SEED)
     windows = {"warmup_s": context.grid.warmup_s, "window_s": context.grid.window_s}
     settings = MeasureSettings(**windows, stable_windows=1, max_windows=1)
-    endpoints = ServerEndpoints.of(context.session.server)
-    measurement = measure(target, closed_loop(concurrency), settings, endpoints, label)
+    measurement = measure(target, closed_loop(concurrency), settings, context.session.server, label)
     figures = {key: getattr(measurement.figures, key) for key in POINT_FIGURES}
     return {"concurrency": concurrency, **figures, "mean_batch": measurement.stats.mean_batch}
 

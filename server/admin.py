@@ -7,12 +7,11 @@ their command line (readable in ``/proc``)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -109,17 +108,15 @@ def load_model(
             "pass allow_file_override=True (CLI: --allow-file-override) if that is intended"
         )
     try:
-        with configs_changing(changes, model):
-            client.load_model(
-                model,
-                headers=headers(key),
-                config=json.dumps(config) if config is not None else None,
-                files=files,
-            )
+        config_text = json.dumps(config) if config is not None else None
+        client.load_model(model, headers=headers(key), config=config_text, files=files)
     except InferenceServerException as error:
         serving = serving_versions(client, key, model)
         still = f"; version {', '.join(serving)} keeps serving" if serving else "; nothing serves it"
         raise AdminError(f"load of '{model}' failed: {error.message()}{still}") from error
+    finally:  # whatever Triton answered: a load that failed or timed out here may still have replaced it
+        if changes is not None:
+            mark_changed(changes, model)
     return f"{model}: serving version {', '.join(serving_versions(client, key, model)) or '(none)'}"
 
 
@@ -127,16 +124,8 @@ def unload_model(
     client: httpclient.InferenceServerClient, key: str, model: str, changes: Path | None = None
 ) -> None:
     """Unload ``model``; ``changes`` as ``load_model``'s."""
-    with configs_changing(changes, model):
-        client.unload_model(model, headers=headers(key))
-
-
-@contextlib.contextmanager
-def configs_changing(changes: Path | None, model: str) -> Iterator[None]:
-    """Mark ``model`` in ``changes`` once Triton answered its load or unload, whatever the answer: a
-    load that failed or timed out here may still have replaced the model."""
     try:
-        yield
+        client.unload_model(model, headers=headers(key))
     finally:
         if changes is not None:
             mark_changed(changes, model)

@@ -41,7 +41,7 @@ from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
 from server.ports import check_port_free, free_ports, held_by
 from server.shm_private import SERVER_UMASK, make_owner_only, preload_environment
-from server.start_report import StubDiedAtStartError, still_loading, stub_died_at_start
+from server.start_report import StubDiedAtStartError, still_loading
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
 
@@ -391,13 +391,12 @@ class TritonServer:
             *(["--trusted-shared-memory"] if self.trusts_shared_memory else []),
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
-        with open(self._front_log(command), "wb") as log_file:
+        with open(self.log_path.with_name(f"{front}.log"), "wb") as log_file:
             return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
 
-    def _front_log(self, front: subprocess.Popen | list[str]) -> Path:
-        """Where a front (or its command) writes: its module's name beside the server's log."""
-        command = front if isinstance(front, list) else front.args
-        return self.log_path.with_name(f"{command[2].rsplit('.', 1)[1]}.log")
+    def _front_log(self, front: subprocess.Popen) -> Path:
+        """Where a front writes: its module's name beside the server's log."""
+        return self.log_path.with_name(f"{front.args[2].rsplit('.', 1)[1]}.log")
 
     def _log_lines(self) -> list[str]:
         try:
@@ -502,8 +501,7 @@ class TritonServer:
                         log.error("%s", self.describe_failures())
                     return
             time.sleep(0.25)
-        lines = self._log_lines()
-        waiting, died = still_loading(self.pid, lines), stub_died_at_start(self.pid, lines)
+        waiting, died = still_loading(self.pid, self._log_lines())
         raise (StubDiedAtStartError if died else ServerError)(
             f"tritonserver not ready after {self.options.startup_timeout_s:.0f}s; "
             + (f"{waiting}\n" if waiting else "")

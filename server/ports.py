@@ -56,10 +56,6 @@ def use_port_base(base: int | None) -> None:
     _base = base
 
 
-def port_base() -> int | None:
-    return _base
-
-
 def reserve() -> ServerPorts | None:
     """The lowest block no running server of this process holds, now held (None without a base)."""
     if _base is None:

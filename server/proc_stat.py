@@ -18,14 +18,12 @@ def read_proc(path: str | Path, size: int = 4096) -> bytes | None:
     times a second); None once its process or thread is gone."""
     try:
         fd = os.open(path, os.O_RDONLY)
+        try:
+            return os.read(fd, size)
+        finally:
+            os.close(fd)
     except OSError:
         return None
-    try:
-        return os.read(fd, size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def stat_fields(stat: int | Path) -> list[str] | None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 
 from server.install import ServerError
-from server.proc_stat import stat_fields
+from server.proc_stat import read_proc, stat_fields
 from server.stubs import Stub, server_stubs
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -38,27 +37,15 @@ def loading_models(log_lines: Iterable[str]) -> list[str]:
     return list(loading)
 
 
-def process_times(pid: int) -> tuple[float, float] | None:
-    """(seconds since ``pid`` started, seconds of CPU it has used), None once it is gone: a stub that
-    waits on its own start uses CPU, one hung before its first message barely any."""
-    fields = stat_fields(pid)
-    try:
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except OSError:
-        return None
-    if fields is None:
-        return None
-    started = int(fields[19]) / CLOCK_TICKS  # starttime, field 22 of stat, in ticks since boot
-    return uptime - started, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
 def _times(pid: int) -> str:
-    times = process_times(pid)
-    return f", started {times[0]:.0f} s ago, {times[1]:.1f} s of CPU" if times else ""
-
-
-def describe_stub(stub: Stub) -> str:
-    return f"stub pid {stub.pid} ({stub.instance}) alive, state {stub.state}{_times(stub.pid)}"
+    """How long ago ``pid`` started and the CPU it used ("" once gone): a stub that waits on its own
+    start uses CPU, one hung before its first message barely any."""
+    fields, uptime = stat_fields(pid), read_proc("/proc/uptime")
+    if fields is None or uptime is None:
+        return ""
+    age = float(uptime.split()[0]) - int(fields[19]) / CLOCK_TICKS  # starttime: stat's field 22, in ticks
+    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return f", started {age:.0f} s ago, {cpu:.1f} s of CPU"
 
 
 def other_children(server_pid: int, stubs: Iterable[Stub]) -> list[str]:
@@ -68,40 +55,33 @@ def other_children(server_pid: int, stubs: Iterable[Stub]) -> list[str]:
     described = []
     for entry in os.listdir("/proc"):
         fields = stat_fields(int(entry)) if entry.isdigit() and int(entry) not in known else None
-        if fields is not None and int(fields[1]) == server_pid:
-            try:
-                name = Path(f"/proc/{entry}/comm").read_text().strip()
-            except OSError:
-                continue  # gone meanwhile
-            described.append(f"pid {entry} ({name}), state {fields[0]}{_times(int(entry))}")
+        name = read_proc(f"/proc/{entry}/comm") if fields and int(fields[1]) == server_pid else None
+        if fields and name is not None:  # None: another's child, or gone meanwhile
+            described.append(f"pid {entry} ({name.decode().strip()}), state {fields[0]}{_times(int(entry))}")
     return described
 
 
-def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> str:
+def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> tuple[str, bool]:
     """One line per model still loading with its live stubs (pid, instance, /proc state, age, CPU used)
     or that none of it runs, and the exited stubs Triton has not reaped (an exited process has no argv
-    left to name its model by); "" when the log shows none loading."""
+    left to name its model by), "" when the log shows none loading; and whether a stub died before its
+    first message, which 2.51 waits on for good: a loading model has no live stub while tritonserver
+    holds an exited one (never while each has a live stub, however slow or stuck)."""
     models = loading_models(log_lines)
     if not models:
-        return ""
+        return "", False
     stubs = server_stubs(server_pid) if server_pid is not None else []
-    lines = []
+    lines, unserved = [], False
     for model in models:
-        own = [describe_stub(stub) for stub in stubs if stub.alive and stub.model == model]
+        own = [
+            f"stub pid {stub.pid} ({stub.instance}) alive, state {stub.state}{_times(stub.pid)}"
+            for stub in stubs
+            if stub.alive and stub.model == model
+        ]
+        unserved |= not own
         lines.append(f"  {model}: " + ("; ".join(own) or "no stub of it runs"))
     if exited := [str(stub.pid) for stub in stubs if not stub.alive]:
         lines.append(f"  exited stubs not reaped by tritonserver: pid {', '.join(exited)}")
     if server_pid is not None and (others := other_children(server_pid, stubs)):
         lines.append(f"  tritonserver's other children (not yet a stub): {'; '.join(others)}")
-    return "models still loading:\n" + "\n".join(lines)
-
-
-def stub_died_at_start(server_pid: int | None, log_lines: Iterable[str]) -> bool:
-    """True when a model is still loading with no live stub of it while tritonserver holds an exited
-    stub it never reaped: one that died before its first message, which 2.51 waits on for good
-    (docs/SERVING.md, Triton 2.51's own limits). Never while every loading model has a live stub,
-    however slow or stuck it is."""
-    models = loading_models(log_lines)
-    stubs = server_stubs(server_pid) if server_pid is not None and models else []
-    alive = {stub.model for stub in stubs if stub.alive}
-    return any(not stub.alive for stub in stubs) and any(model not in alive for model in models)
+    return "models still loading:\n" + "\n".join(lines), unserved and bool(exited)

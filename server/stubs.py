@@ -98,12 +98,9 @@ def activity(pid: int) -> int | None:
 
 
 class StubScan:
-    """The stub processes that are children of ``parent`` (any: None), live or not yet reaped, read
-    anew at each call. A process whose parent is another stays so while it lives (an orphan goes to
-    init or a subreaper, never to ``parent``), so a repeated scan skips the pids it has seen to be
-    others' and reads only ``parent``'s children and new pids: the watchdog scans four times a second on
-    a host of a few hundred processes. A pid that leaves ``/proc`` is forgotten: it may come back as
-    another process."""
+    """The stub children of ``parent`` (any: None), live or not yet reaped, read anew at each call.
+    Another's child stays another's while it lives (an orphan goes to init or a subreaper), so a repeated
+    scan (the watchdog's, four a second) skips the pids it saw to be others' until they leave ``/proc``."""
 
     def __init__(self, parent: int | None) -> None:
         self.parent = parent

@@ -105,11 +105,8 @@ class Watchdog:
 
     @property
     def reloads(self) -> int:
-        """The heal events on this watchdog's own server, not those it inherited from an earlier one: each
-        a stub that died, or that it killed as hung, and the reload of its model (or the finding that
-        its version was no longer served). Triton 2.51 keeps such a stub's version for good when it had
-        requests in flight, so this bounds the versions the server holds past a drain
-        (``server.triton_exit``)."""
+        """The heal events on this server, not inherited ones: they bound the versions Triton 2.51 holds
+        past a drain (``server.triton_exit``)."""
         return sum(1 for event in self.state.events if event.server_pid == self.server_pid)
 
     def start(self) -> Watchdog:
@@ -220,20 +217,11 @@ class Watchdog:
             except ProcessLookupError:
                 continue
             killed = True
-            event = HealEvent(
-                stub.model,
-                stub.instance,
-                stub.pid,
-                detected_at=time.time(),
-                cause=cause,
-                server_pid=self.server_pid,
-            )
+            event = HealEvent(stub.model, stub.instance, stub.pid, time.time(), cause=cause)
             log.warning("stub of %s (pid %s) hung: %s; killed it", stub.instance, stub.pid, cause)
             with self._lock:
                 self._killed[stub.pid] = event
-                self.state.events.append(event)
-                self.state.unavailable_now[stub.model] = f"stub of {stub.instance} hung ({cause})"
-                self._write()
+                self._record(event, f"stub of {stub.instance} hung ({cause})")
         if killed:
             deadline = time.monotonic() + KILL_WAIT_S
             while time.monotonic() < deadline and any(
@@ -296,13 +284,8 @@ class Watchdog:
         with self._lock:
             event = next((self._killed.pop(s.pid) for s in stubs if s.pid in self._killed), None)
             if event is None:
-                instance = ",".join(s.instance for s in stubs)
-                event = HealEvent(
-                    model, instance, stubs[0].pid, detected_at=time.time(), server_pid=self.server_pid
-                )
-                self.state.events.append(event)
-                self.state.unavailable_now[model] = f"stub of {instance} died"
-                self._write()
+                event = HealEvent(model, ",".join(s.instance for s in stubs), stubs[0].pid, time.time())
+                self._record(event, f"stub of {event.instance} died")
         log.warning(
             "stub of %s (pid %s) %s; reloading", event.instance, event.stub_pid, what_happened(event.cause)
         )
@@ -318,6 +301,13 @@ class Watchdog:
         with self._lock:
             self.state.unavailable_now.pop(model, None)
             self._write()
+
+    def _record(self, event: HealEvent, why: str) -> None:
+        """A new heal event on this server (the lock held); its model is unavailable until healed."""
+        event.server_pid = self.server_pid
+        self.state.events.append(event)
+        self.state.unavailable_now[event.model] = why
+        self._write()
 
     def _forget_killed(self, model: str, pids: list[int]) -> None:
         """Hung stubs were killed, but their model needs no reload (unloaded, or scaled down)."""

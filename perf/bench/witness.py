@@ -58,7 +58,7 @@ def side_by_side(
     for round_index in range(rounds):
         for engine in engines:
             label = f"{engine.name} c={concurrency} round {round_index + 1}"
-            run = measure(session.target, load, session.settings, session.endpoints, label, engine=engine)
+            run = measure(session.target, load, session.settings, session.server, label, engine=engine)
             runs[engine.name].append(run)
     return runs
 

@@ -82,17 +82,12 @@ def offered_ways(
     compare = padding_probe(onnx_path, spec, seed)
     lengths = sorted({mix.quantile(q) if q else mix.lengths[0] for q in QUANTILES})
 
-    def harm(buckets: tuple[int, ...]) -> str | None:
-        for length in lengths if buckets else ():
-            padded_to = bucket_of(length, buckets, spec.variable_bound)
-            harmless, words = compare(length, padded_to) if padded_to != length else (True, "")
-            if not harmless:
-                return words
-        return None
-
     offered, refused = {}, {}
     for name, buckets in ways.items():
-        if (words := harm(buckets)) is None:
+        padded = {n: bucket_of(n, buckets, spec.variable_bound) for n in lengths} if buckets else {}
+        checks = (compare(n, to) for n, to in padded.items() if to != n)  # lazily: the first harm decides
+        words = next((words for harmless, words in checks if not harmless), None)
+        if words is None:
             offered[name] = buckets
         else:
             refused[name] = PaddingVerdict(tuple(buckets), False, f"padding changes the answer: {words}")

@@ -65,7 +65,6 @@ class MeasureSettings:
 
     @property
     def longest_s(self) -> float:
-        """The longest a measurement can take: warm-up and every window."""
         return self.warmup_s + self.max_windows * self.window_s
 
     def agree(self, figures: list[tuple[float, float]]) -> bool:
@@ -147,11 +146,10 @@ class Measurement:
 
     @functools.cached_property
     def figures(self) -> Summary:
-        """``summary()``, computed once (the records do not change)."""
-        return self.summary()
+        return summarize(self.records, *self.span)
 
     def summary(self) -> Summary:
-        return summarize(self.records, *self.span)
+        return self.figures
 
     def measured_records(self) -> list[Record]:
         return in_span(self.records, *self.span)
@@ -181,13 +179,12 @@ class Measurement:
 
     @property
     def failed(self) -> int:
-        """Its requests that failed over the windows that count."""
         return self.figures.failed
 
     @property
     def sustained(self) -> bool:
         """Nothing failed, and an open loop's rate was kept up with."""
-        return bool(self.figures.failed == 0 and self.throughput >= SUSTAINED * self.offered)
+        return bool(self.failed == 0 and self.throughput >= SUSTAINED * self.offered)
 
     @property
     def samples(self) -> int:
@@ -205,18 +202,14 @@ class Measurement:
 
     @property
     def stats(self) -> ModelStats:
-        """The server's statistics over the measurement (empty without a server view)."""
         return self.server.stats if self.server else ModelStats()
 
     @property
     def stolen_share(self) -> float:
-        """The share of the CPUs' time the hypervisor took (NaN without a reading)."""
         return self.server.stolen_share if self.server else math.nan
 
 
 class LoadEngine(Protocol):
-    """One way to send a measurement's requests."""
-
     name: str
 
     def run(self, job: Job, at_edge: Edge | None = None) -> Measurement: ...

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from client.stats import ModelStats, parse_model_stats
 from exporters.devices import usable_cores
@@ -74,17 +74,11 @@ class ServerSnapshot:
     host: HostCpu | None = None
 
 
-@dataclass(frozen=True)
-class ServerEndpoints:
-    """Where to read the server's view: HTTP ``host:port`` and the server's pid."""
+class ServerEndpoints(Protocol):
+    """Where to read the server's view (a running ``server.TritonServer``): HTTP ``host:port``, pid."""
 
     http_url: str
-    pid: int | None = None
-
-    @classmethod
-    def of(cls, server: Any) -> ServerEndpoints:
-        """A running ``server.TritonServer``'s endpoints."""
-        return cls(server.http_url, server.pid)
+    pid: int | None
 
 
 def _model_stats(endpoints: ServerEndpoints, model: str) -> ModelStats:

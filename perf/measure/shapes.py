@@ -4,7 +4,7 @@ requests of equal shapes, so one length for every request makes batching look be
 
 from __future__ import annotations
 
-import logging
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,6 @@ from exporters.sources.inputs import draw_inputs
 from perf.markdown import table
 from perf.measure.records import Record
 
-log = logging.getLogger(__name__)
 SAMPLER_DRAWS = 256  # sampler calls tallied into a ShapeMix when the spec states no ``shapes:``
 PLAN_REQUESTS = 4096  # the (true, sent) lengths a plan cycles through
 GAP_S = 0.0005  # responses of one shape this close together are counted as one formed batch
@@ -25,7 +24,6 @@ PADDING_BATCH = 4  # the batch the padding cost's raw compute is timed at
 
 
 def has_variable_axis(spec: ModelSpec) -> bool:
-    """Whether an input of ``spec`` has a non-batch variable axis."""
     return any(t.variable for t in spec.inputs)
 
 
@@ -150,12 +148,6 @@ class ShapePlan:
     pools: dict[int, dict[str, np.ndarray]]
     requests: tuple[tuple[int, int], ...]
 
-    @property
-    def typical_pool(self) -> dict[str, np.ndarray]:
-        """The pool at the median length sent, for consumers that send one shape."""
-        sent = sorted(s for _, s in self.requests)
-        return self.pools[sent[len(sent) // 2]]
-
     def describe(self) -> str:
         padded = f", padded to buckets {list(self.buckets)}" if self.buckets else ""
         return f"{self.mix.describe()}{padded}"
@@ -249,23 +241,17 @@ def formed_batches(recv_s: Sequence[float], max_batch: int) -> int:
 
 def shape_rows(records: Sequence[Record], max_batch: int, executions: int = 0) -> list[ShapeRow]:
     """One ``ShapeRow`` per length sent; batches scaled to Triton's ``executions`` where known (not 0)."""
-    sized = [r for r in records if r.ok and r.sent_length]
-    by_length: dict[int, list[Record]] = {}
-    for record in sized:
-        by_length.setdefault(record.sent_length, []).append(record)
+    sized = sorted((r for r in records if r.ok and r.sent_length), key=lambda r: r.sent_length)
+    by_length = {n: list(group) for n, group in itertools.groupby(sized, key=lambda r: r.sent_length)}
     grouped = {n: formed_batches([r.recv_s for r in g], max_batch) for n, g in by_length.items()}
     scale = executions / sum(grouped.values()) if executions and grouped else 1.0
     rows = []
-    for sent, group in sorted(by_length.items()):
-        lat_ms = np.concatenate([r.sample_latencies() for r in group]) * 1e3
-        p50, p99 = np.percentile(lat_ms, [50, 99])
-        rows.append(
-            ShapeRow(
-                sent, len(group), len(group) / len(sized), min(r.length for r in group),
-                max(r.length for r in group), float(p50), float(p99),
-                max(1.0, grouped[sent] * scale),
-            )
-        )  # fmt: skip
+    for sent, group in by_length.items():
+        p50, p99 = np.percentile(np.concatenate([r.sample_latencies() for r in group]) * 1e3, [50, 99])
+        true = [r.length for r in group]
+        share = len(group) / len(sized)
+        batches = max(1.0, grouped[sent] * scale)
+        rows.append(ShapeRow(sent, len(group), share, min(true), max(true), float(p50), float(p99), batches))
     return rows
 
 

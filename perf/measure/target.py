@@ -72,17 +72,19 @@ def target_from_spec(
         else:
             plan = shape_plan(spec, rows, seed, spec.buckets if buckets is None else buckets)
             log.info("%s: requests at %s", spec.name, plan.describe())
-    pool = plan.typical_pool if plan is not None else None
-    arrays = [pool[t.name] for t in spec.inputs] if pool is not None else draw_inputs(spec, rows, seed)
+    if plan is not None:  # the pool at the median length sent, for consumers that send one shape
+        sent = sorted(s for _, s in plan.requests)
+        arrays = [plan.pools[sent[len(sent) // 2]][t.name] for t in spec.inputs]
+    else:
+        arrays = draw_inputs(spec, rows, seed)
     outputs = {t.name: int(np.prod(t.largest)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
     inputs = {t.name: np.ascontiguousarray(a) for t, a in zip(spec.inputs, arrays, strict=True)}
     return Target(spec.name, url, inputs, outputs, protocol, collect, shared_memory, shapes=plan)
 
 
 def _connect(target: Target, slots: int) -> Any:
-    if target.protocol == "http":
-        return http_aio.InferenceServerClient(target.url, conn_limit=slots)
-    return grpc_aio.InferenceServerClient(target.url)
+    limit = {"conn_limit": slots} if target.protocol == "http" else {}
+    return PROTOCOLS[target.protocol].InferenceServerClient(target.url, **limit)
 
 
 class Caller:
@@ -199,8 +201,7 @@ class Caller:
         """Send one request of ``batch`` samples and time it; never raises for a failed request."""
         self.attempts += 1
         own_slot = slot is None
-        if own_slot:
-            slot = await self.free.get()
+        slot = await self.free.get() if own_slot else slot
         inputs, sent_bytes, length, sent_length = self._request_inputs(batch)
         outputs = self._request_outputs(batch, slot)
         send = time.perf_counter() - self.t0

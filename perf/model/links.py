@@ -54,10 +54,7 @@ HOST = Link("host", float("inf"), 0.0)
 def generation(gpu_name: str) -> str | None:
     """The table's key in a GPU's name (``NVIDIA A100-SXM4-80GB`` → ``A100``); None for an unknown GPU."""
     words = "".join(c if c.isalnum() else " " for c in gpu_name).split()
-    for key in sorted(set(NVLINK_PER_LINK_GBS) | set(GPU_PCIE), key=len, reverse=True):
-        if key in words:
-            return key
-    return None
+    return next((key for key in [*NVLINK_PER_LINK_GBS, *GPU_PCIE] if key in words), None)
 
 
 def generic_note(gpu_name: str) -> str:
@@ -85,10 +82,8 @@ def link_for(level: str, gpu_name: str) -> Link:
             raise OptionError(f"{gpu_name} shows {level}, but the link table has no NVLink figure for it")
         per_link = GENERIC_NVLINK_GBS if key is None else NVLINK_PER_LINK_GBS[key]
         return Link(level, links * per_link, HOP_LATENCY_US["NV"], generic)
-    if level in PCIE_LEVELS:
-        return Link(level, pcie, HOP_LATENCY_US[level], generic)
-    if level == "SYS":
-        return Link(level, pcie * SYS_SHARE, HOP_LATENCY_US["SYS"], generic)
+    if level in (*PCIE_LEVELS, "SYS"):
+        return Link(level, pcie * (SYS_SHARE if level == "SYS" else 1.0), HOP_LATENCY_US[level], generic)
     raise OptionError(UNKNOWN_LEVEL.format(level))
 
 

@@ -1,14 +1,10 @@
-"""One real server for a whole tuning run, in explicit model-control mode: the tuner's ``Server``.
-
-The model is built once at the grid's largest ``max_batch_size`` (so the Python backend's shared memory
-fits every candidate); each candidate is a ``load_model`` with a config override, seconds where a
-rebuild and restart take a minute. A server that dies is reported as such (``ServerDiedError``, exit
-status 1): the run is no evidence about the configuration, and the commands keep its log.
-
-A pipeline's session (``PipelineSession``) reloads every stage with each candidate's batching (the first
-waits the delay, later stages ``stage_batching``'s short re-forming wait); its server view is the first
-stage's.
-"""
+"""One real server for a whole tuning run, in explicit model-control mode: the tuner's ``Server``. The
+model is built once at the grid's largest ``max_batch_size`` (so the Python backend's shared memory fits
+every candidate); each candidate is a ``load_model`` with a config override, seconds where a rebuild and
+restart take a minute. A server that dies raises ``ServerDiedError`` (exit status 1): the run is no
+evidence about the configuration, and the commands keep its log. A pipeline's session reloads every
+stage with each candidate's batching (the first waits the delay, later stages ``stage_batching``'s short
+re-forming wait); its server view is the first stage's."""
 
 from __future__ import annotations
 
@@ -38,7 +34,7 @@ from perf.measure.engine import KEPT_CAP_S, P99_SAMPLES, LoadEngine, MeasureSett
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure
 from perf.measure.noise import NoisePolicy
-from perf.measure.server_view import ServerEndpoints, usable_cores
+from perf.measure.server_view import usable_cores
 from perf.measure.target import Target, target_from_spec
 from perf.model.batcher import BatcherConfig
 from perf.spec_overlay import candidate_spec, config_json
@@ -151,11 +147,6 @@ class ModelSession:
             self.server = None
 
     @property
-    def endpoints(self) -> ServerEndpoints:
-        assert self.server is not None
-        return ServerEndpoints.of(self.server)
-
-    @property
     def model_file(self) -> Path:
         """The served ONNX file (the raw reference measures it in-process)."""
         return self.workdir / "repository" / self.base.name / "1" / "model.onnx"
@@ -261,7 +252,7 @@ class ModelSession:
         if sized is not settings:
             log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s,
                      sized.window_batches, 1e3 * self.largest_batch_s)  # fmt: skip
-        run = measure(self.target, load, sized, self.endpoints, label, self.related, engine or self.engine)
+        run = measure(self.target, load, sized, self.server, label, self.related, engine or self.engine)
         self.runs.append(run)
         return run
 

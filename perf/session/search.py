@@ -139,22 +139,22 @@ class Evidence(Generic[K]):
     ) -> tuple[K, float] | None:
         """The configuration held to the highest rate, and that rate (with a target ``at``: those whose
         point at ``at`` holds); ties go to ``prefer``'s order, then the first measured. None: none holds."""
-        keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
         if at is not None:
-            keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS and at < self.refuted_at(k)]
-        ranked = [(k, rate) for k in keys if (rate := self.held_rate(k)) > 0]
-        if not ranked:
-            return None
+            held = [k for k in (self.runs if keys is None else keys) if self.verdict(k, at) is Verdict.HOLDS]
+            keys = [k for k in held if at < self.refuted_at(k)]
         order = {k: index for index, k in enumerate(dict.fromkeys([*prefer, *self.runs]))}
-        key, rate = min(ranked, key=lambda pair: (-pair[1], order[pair[0]]))
-        return key, (at if at is not None else rate)
+        ranked = sorted(self._held(keys), key=lambda pair: (-pair[1], order[pair[0]]))
+        return (ranked[0][0], at if at is not None else ranked[0][1]) if ranked else None
+
+    def _held(self, keys: Sequence[K] | None) -> list[tuple[K, float]]:
+        """Each of ``keys`` (default: all) measured and held somewhere, with its held rate."""
+        keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
+        return [(k, rate) for k in keys if (rate := self.held_rate(k)) > 0]
 
     def worth_searching(self, keys: Sequence[K] | None = None, count: int = 1) -> list[tuple[K, float]]:
         """Where no prediction proposes a search: the configurations held to the highest rates, each with
         that rate, else the closest miss at its rate (measured again before "nothing meets" stands)."""
-        keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
-        held = sorted(((k, rate) for k in keys if (rate := self.held_rate(k)) > 0), key=lambda kr: -kr[1])
-        if held:
+        if held := sorted(self._held(keys), key=lambda pair: -pair[1]):
             return held[:count]
         closest = self.closest_miss(keys=keys)
         return [(closest[0], closest[1])] if closest is not None else []
@@ -214,8 +214,7 @@ def decide(
 def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Measurement | None]:
     """``key``'s held rate, the lowest decided miss above it, and that miss's last run."""
     held = evidence.held_rate(key) or None
-    decided = [(r, evidence.verdict(key, r)) for r in evidence.rates(key)]
-    above = [r for r, v in decided if v is Verdict.MISSES and (held is None or r > held)]
+    above = [r for r in evidence.rates(key) if r > (held or 0) and evidence.verdict(key, r) is Verdict.MISSES]
     missed = min(above, default=None)
     return held, missed, evidence.of(key, missed)[-1] if missed is not None else None
 

@@ -14,7 +14,6 @@ from perf import markdown
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load, poisson, read_trace
 from perf.measure.measurement import Measurement, measure
-from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target, target_from_spec
 from perf.studies.goals import Goal
 from perf.studies.profiles import Profile
@@ -61,9 +60,8 @@ class StudyContext:
         ``related`` models (an ensemble's steps) are read over the same windows."""
         label = label or f"{target.model} @ {load.name}"
         self.progress(label)
-        endpoints = ServerEndpoints.of(server)
         windows = settings or self.profile.settings
-        result = self.measurement(target, load, windows, endpoints, label, tuple(related), engine)
+        result = self.measurement(target, load, windows, server, label, tuple(related), engine)
         summary = result.summary()
         log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
                  summary.failed)  # fmt: skip

@@ -34,9 +34,8 @@ DEFAULT_SHARE = ConnectionShare()
 
 
 def raise_open_file_limit(wanted: int) -> int:
-    """Raise the process's soft open-file limit to ``wanted`` descriptors, up to the hard limit and never
-    down (a soft limit of 1,024, many systems' default, would cut 8,192 connections to 512 where the
-    hard limit allows them all); returns the soft limit in force."""
+    """Raise the soft open-file limit to ``wanted``, up to the hard limit, never down (a default 1,024 would
+    cut 8,192 connections to 512); returns the soft limit in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return soft
@@ -50,9 +49,8 @@ def raise_open_file_limit(wanted: int) -> int:
 
 
 def descriptor_room(total: int, kept: int = 0) -> int:
-    """``total``, or fewer where the process's open-file limit would not hold that many beside
-    ``RESERVED_FDS`` and the ``kept`` descriptors a full region table holds (their sum, or half the
-    limit when it is small): else a full table and every connection could pass the limit."""
+    """``total``, or fewer, so that every connection, ``RESERVED_FDS`` and ``kept`` (a full region table)
+    stay within the open-file limit (the reserve takes at most half a small limit)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return total
@@ -96,12 +94,11 @@ class AddressCounts:
 
 
 class ClientConnections(AddressCounts):
-    """``admit(address)`` as a connection is accepted, ``release(address)`` once it is gone; ``kept``:
-    the descriptors the front's region table may hold besides."""
+    """``admit(address)`` as a connection is accepted, ``release(address)`` once it is gone."""
 
     def __init__(self, limits: ConnectionShare, kept: int = 0) -> None:
         super().__init__(limits.per_address, descriptor_room(limits.total, kept))
-        self.refused_waiting = 0
+        self.refused_waiting: set[object] = set()  # refused connections waiting for their answer or close
 
     def admit(self, address: str) -> str | None:
         """Count a new connection from ``address``; or, beyond a share, why it is refused (not counted)."""
@@ -120,16 +117,15 @@ class ClientConnections(AddressCounts):
             "other clients close theirs"
         )
 
-    def wait_refused(self) -> bool:
-        """Whether a refused connection may wait for its answer (counted until ``refused_gone``); if
-        not, the caller closes it at once."""
-        if self.refused_waiting >= REFUSED_WAITING:
+    def wait_refused(self, connection: object) -> bool:
+        """Whether a refused connection may wait for its answer (counted until ``refused_gone``)."""
+        if len(self.refused_waiting) >= REFUSED_WAITING:
             return False
-        self.refused_waiting += 1
+        self.refused_waiting.add(connection)
         return True
 
-    def refused_gone(self) -> None:
-        self.refused_waiting -= 1
+    def refused_gone(self, connection: object) -> None:
+        self.refused_waiting.discard(connection)
 
 
 def close_after_answer(transport: asyncio.BaseTransport) -> None:

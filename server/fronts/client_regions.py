@@ -274,13 +274,23 @@ class FrontRegions:
         """The most descriptors the front's table may hold open (none when trusted: Triton maps)."""
         return 0 if self.table is None else self.table.max_regions
 
-    def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> bool:
-        """True once the region is in the front's table; False: trusted, forward it to Triton."""
+    def serve(
+        self, action: str, client: Callable[[], Client], name: str, registered: Callable[[], tuple]
+    ) -> list[Region] | None:
+        """A system shared-memory call (``register``: ``registered()`` gives key, offset and byte size),
+        answered from the front's table: the regions a status lists, else []; None: trusted, forward it."""
+        if action == "register":
+            if self.table is None:
+                os.close(open_client_file(self.server, client(), name, *registered()))
+                return None
+            self.table.register(client(), name, *registered())
+            return []
         if self.table is None:
-            os.close(open_client_file(self.server, client, name, key, offset, byte_size))
-            return False
-        self.table.register(client, name, key, offset, byte_size)
-        return True
+            return None
+        if action == "unregister":
+            self.table.unregister(client(), name)
+            return []
+        return self.table.status(client(), name)
 
     @staticmethod
     def check_cuda(client: Client) -> None:

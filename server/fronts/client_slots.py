@@ -151,8 +151,8 @@ class QueueOrder:
         return self.joins[model]
 
     def ran(self, model: str, place: int) -> None:
-        """Triton answered ``model``'s request at ``place`` with its outputs: those cancelled before it
-        are passed (an error may come before the queue, so it passes none)."""
+        """Triton ran ``model``'s request at ``place``: those cancelled before it are passed (an error
+        answer may come before the queue, so it passes none)."""
         for passed, (waiting, waiting_place) in list(self.cancelled.items()):
             if waiting == model and waiting_place < place:
                 del self.cancelled[passed]
@@ -188,9 +188,8 @@ class Deadlines:
         call: Callable[[], Awaitable[T]],
         cancel_passes_on: bool = False,
     ) -> T:
-        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue). A
-        caller cancelled once ``call()`` began (its client hung up or reset the call) leaves it to run on
-        with the client's slot, as Triton runs it anyway (fault matrix rows 38 and 78); with
+        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue). Once it
+        began, a cancelled caller leaves it the slot, as Triton runs it anyway (rows 38, 78); with
         ``cancel_passes_on`` (Triton's gRPC drops a cancelled request it has not begun) ``call()`` is
         cancelled and the slot kept until Triton has passed the request (``QueueOrder``, row 78)."""
         if self.overdue[model] >= self.max_overdue:
@@ -200,53 +199,46 @@ class Deadlines:
                 Refusal.TOO_MANY,
                 "a model at its bound of overdue requests (429 / RESOURCE_EXHAUSTED, fault matrix row 58)",
             )
-        forwarded: asyncio.Future[asyncio.Future] = asyncio.get_running_loop().create_future()
-        run = asyncio.ensure_future(self._run(address, connection, model, deadline_s, call, forwarded))
-        try:
-            return await asyncio.shield(run)
-        except asyncio.CancelledError:
-            if not forwarded.done():
-                run.cancel()  # still waiting for a slot: nothing reached Triton
-            elif cancel_passes_on:
-                forwarded.result().cancel()
-            self._finishing.add(run)
-            run.add_done_callback(self._left_behind)
-            raise
+        exchange: asyncio.Future | None = None  # ``call()``, once it began
 
-    async def _run(
-        self,
-        address: str,
-        connection: str,
-        model: str,
-        deadline_s: float,
-        call: Callable[[], Awaitable[T]],
-        forwarded: asyncio.Future[asyncio.Future],
-    ) -> T:
-        scope = asyncio.timeout(deadline_s)
+        async def run() -> T:
+            nonlocal exchange
+            scope = asyncio.timeout(deadline_s)
+            try:
+                async with scope, self.slots.held(address, connection):
+                    place = self.queues.joined(model)
+                    exchange = asyncio.ensure_future(call())
+                    try:
+                        return await asyncio.shield(exchange)
+                    except asyncio.CancelledError:
+                        if scope.expired():
+                            self.overdue[model] += 1
+                            finish = asyncio.ensure_future(self._finish(model, exchange))
+                            self._finishing.add(finish)
+                            finish.add_done_callback(self._finishing.discard)
+                        elif exchange.cancelled():  # its client's cancel, passed on: Triton answers no more
+                            await self.queues.passed(model, place)
+                        else:
+                            exchange.cancel()
+                        raise
+                    finally:
+                        if exchange.done() and not exchange.cancelled() and exchange.exception() is None:
+                            self.queues.ran(model, place)
+            except TimeoutError:
+                if scope.expired():
+                    raise deadline_refusal(model, deadline_s) from None
+                raise
+
+        running = asyncio.ensure_future(run())
         try:
-            async with scope, self.slots.held(address, connection):
-                place = self.queues.joined(model)
-                exchange = asyncio.ensure_future(call())
-                forwarded.set_result(exchange)
-                try:
-                    return await asyncio.shield(exchange)
-                except asyncio.CancelledError:
-                    if scope.expired():
-                        self.overdue[model] += 1
-                        finish = asyncio.ensure_future(self._finish(model, exchange))
-                        self._finishing.add(finish)
-                        finish.add_done_callback(self._finishing.discard)
-                    elif exchange.cancelled():  # its client's cancel, passed on: Triton answers no more
-                        await self.queues.passed(model, place)
-                    else:
-                        exchange.cancel()
-                    raise
-                finally:
-                    if exchange.done() and not exchange.cancelled() and exchange.exception() is None:
-                        self.queues.ran(model, place)
-        except TimeoutError:
-            if scope.expired():
-                raise deadline_refusal(model, deadline_s) from None
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if exchange is None:
+                running.cancel()  # still waiting for a slot: nothing reached Triton
+            elif cancel_passes_on:
+                exchange.cancel()
+            self._finishing.add(running)
+            running.add_done_callback(self._left_behind)
             raise
 
     def _left_behind(self, run: asyncio.Future) -> None:

@@ -44,7 +44,6 @@ from server.fronts.grpc_wire import (
     IncomingBytes,
     ServerCall,
 )
-from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
@@ -60,6 +59,7 @@ from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
 
 log = logging.getLogger(__name__)
 PREFIX = f"/{SERVICE.full_name}/"
+ADMIN_KEY = GRPC_ADMIN_HEADER.encode()
 NOT_FORWARDED = (b"user-agent", b"content-type", b"te", b"host", GRPC_FRONT_HEADER.encode())
 # a connection's HTTP/2 handshake must be done within this (fault matrix row 41; grpc's own: 60 s)
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -70,6 +70,11 @@ STOP_GRACE_S = 5.0
 TRITON_REFUSALS = {STATUS["NOT_FOUND"]: Refusal.NOT_FOUND, STATUS["INVALID_ARGUMENT"]: Refusal.INVALID}
 LOADS = ("RepositoryModelLoad", "RepositoryModelUnload")
 METADATA_BLOCKS = 1024  # encoded metadata blocks kept (clients send the same few)
+
+
+@functools.lru_cache(maxsize=METADATA_BLOCKS)
+def _metadata_block(kept: tuple[tuple[bytes, bytes], ...], front_key: bytes) -> bytes:
+    return h2c.encode_headers(list(kept)) + front_key
 
 
 def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
@@ -99,7 +104,6 @@ class GrpcFront(Front):
             ClientConnections(self.shares.connections, self.shm.descriptors),
             args.message_timeout_s,
         )
-        self.metadata_blocks: dict[tuple, bytes] = {}
         key = self.key.encode()
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key)]) if key else b""
 
@@ -126,12 +130,8 @@ class GrpcFront(Front):
         return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
     def _client(self, call: ServerCall) -> Client:
-        info = call.connection.transport.get_extra_info
-        peer, local = info("peername"), info("sockname")
-        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
-        admin_header = GRPC_ADMIN_HEADER.encode()
-        sent = next((value for name, value in call.metadata if name == admin_header), None)
-        return Client(uid, bool(self.key) and sent == self.key.encode())
+        sent = next((value for name, value in call.metadata if name == ADMIN_KEY), None)
+        return self.client(call.connection.transport, sent and sent.decode(errors="replace"))
 
     def _metadata(self, call: ServerCall) -> bytes:
         """The client's metadata as Triton gets it (encoded), less gRPC's own, with the front's key."""
@@ -140,12 +140,7 @@ class GrpcFront(Front):
             for name, value in call.metadata
             if name not in NOT_FORWARDED and not name.startswith(b"grpc-")
         )
-        block = self.metadata_blocks.get(kept)
-        if block is None:
-            if len(self.metadata_blocks) >= METADATA_BLOCKS:
-                self.metadata_blocks.clear()
-            block = self.metadata_blocks[kept] = h2c.encode_headers(list(kept)) + self.front_key
-        return block
+        return _metadata_block(kept, self.front_key)
 
     async def _check(
         self, name: str, raw: bytes

@@ -460,7 +460,6 @@ class FrontConnection(h2c.Endpoint):
         self.address = self.name = ""  # the client's: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``
         self.handshaken = False
         self.refusal = ""  # beyond the client's share of connections (row 73): its first call's answer
-        self.refused_waiting = False  # counted among the front's refused connections that wait
         self.stopping = False
         self.idle_since = 0.0
         self.timer: asyncio.TimerHandle | None = None
@@ -497,13 +496,11 @@ class FrontConnection(h2c.Endpoint):
             self.close(h2c.PROTOCOL_ERROR, "no HTTP/2 handshake in time")
 
     def _refused(self, refusal: str) -> None:
-        """Fault matrix row 73: a connection beyond its client's share, never counted and never served;
-        its first call gets ``RESOURCE_EXHAUSTED`` with ``refusal`` (then ``GOAWAY``), one without a call
-        within ``REFUSED_WAIT_S`` a ``GOAWAY`` alone; one beyond the refused that may wait is closed now."""
+        """Row 73: its first call gets ``RESOURCE_EXHAUSTED`` with ``refusal``, then ``GOAWAY`` (alone after
+        ``REFUSED_WAIT_S`` without a call); one beyond the refused that may wait is closed now."""
         log.debug("refusing a connection from %s: %s", self.name, refusal)
         self.refusal = refusal
-        self.refused_waiting = self.front_limits.clients.wait_refused()
-        if not self.refused_waiting:
+        if not self.front_limits.clients.wait_refused(self):
             self.closed = True
             self.transport.abort()
             return
@@ -625,8 +622,7 @@ class FrontConnection(h2c.Endpoint):
         if self.timer is not None:
             self.timer.cancel()
         if self.refusal:
-            if self.refused_waiting:
-                self.front_limits.clients.refused_gone()
+            self.front_limits.clients.refused_gone(self)
             return
         self.front_limits.clients.release(self.address)
         self.connections.discard(self)

@@ -340,8 +340,7 @@ class Endpoint(asyncio.Protocol):
     def _write_data(
         self, stream_id: int, sending: _Sending, data: bytes | memoryview, end_stream: bool
     ) -> memoryview | None:
-        """Write what the windows allow of ``data``; returns the rest as a view (None: all written). An
-        empty last frame needs no window."""
+        """Write what the windows allow of ``data`` (an empty last frame needs none); the rest, or None."""
         view = memoryview(data)
         size = max(0, min(sending.window, self.send_window, len(view)))
         if not size and view:

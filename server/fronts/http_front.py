@@ -34,7 +34,6 @@ from server.fronts.client_connections import (
 )
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.kserve_json import check_generate, check_infer, check_json
-from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
@@ -93,17 +92,16 @@ def _bad_target(target: str, why: str) -> RequestRefusedError:
 
 def checked_target(target: str) -> tuple[str, str]:
     """``(path, query)`` of a plain origin-form ``/v2`` target, or ``RequestRefusedError``."""
-    if not PRINTABLE.fullmatch(target):
-        raise _bad_target(target, "holds a space, control or non-ASCII character")
-    if "#" in target:
-        raise _bad_target(target, "has a '#' fragment")
-    if "\\" in target:
-        raise _bad_target(target, "has a backslash")
-    if not target.startswith("/"):
-        raise _bad_target(target, "is not origin-form (a path starting with '/')")
     path, _, query = target.partition("?")
-    if path != API_ROOT and not path.startswith(API_ROOT + "/"):
-        raise _bad_target(target, f"is outside {API_ROOT}")
+    for fault, why in (
+        (not PRINTABLE.fullmatch(target), "holds a space, control or non-ASCII character"),
+        ("#" in target, "has a '#' fragment"),
+        ("\\" in target, "has a backslash"),
+        (not target.startswith("/"), "is not origin-form (a path starting with '/')"),
+        (path != API_ROOT and not path.startswith(API_ROOT + "/"), f"is outside {API_ROOT}"),
+    ):
+        if fault:
+            raise _bad_target(target, why)
     for segment in path.split("/")[1:]:
         if segment == "":
             raise _bad_target(target, "has an empty segment ('//' or a trailing '/')")
@@ -154,8 +152,7 @@ def _content_type(request: web.BaseRequest) -> str:
 
 
 def client_address(request: web.BaseRequest) -> str:
-    """The address a request's client is counted and logged by, spelled as its connection's (an
-    IPv4-mapped IPv6 one as IPv4): its request share and its connections are one client's."""
+    """The address a request's client is counted and logged by, spelled as its connection's."""
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return peer_address(peer) if peer else request.remote or ""
 
@@ -177,7 +174,6 @@ class FrontConnection(RequestHandler):
     clients: ClientConnections  # the server's, counting this connection (row 73)
     address = ""
     refused = False  # beyond the client's share of connections: answered 503 and never read
-    refused_waiting = False  # counted among the front's refused connections that wait to close
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.address = peer_address(transport.get_extra_info("peername"))
@@ -188,8 +184,7 @@ class FrontConnection(RequestHandler):
         log.debug("refusing a connection from %s: %s", self.address, refusal)  # fault matrix row 73
         self.refused = True
         cast(asyncio.WriteTransport, transport).write(_closing_answer("503 Service Unavailable", refusal))
-        self.refused_waiting = self.clients.wait_refused()
-        if self.refused_waiting:
+        if self.clients.wait_refused(self):
             close_after_answer(transport)
         else:
             transport.close()
@@ -220,8 +215,7 @@ class FrontConnection(RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self.refused:
-            if self.refused_waiting:
-                self.clients.refused_gone()
+            self.clients.refused_gone(self)
             return
         self.clients.release(self.address)
         self._stop_head_timer()
@@ -313,11 +307,7 @@ class HttpFront(Front):
         raise ConnectionError(f"tritonserver answered the config of '{model}' with {status}")
 
     def _client(self, request: web.BaseRequest) -> Client:
-        info = request.transport.get_extra_info
-        peer, local = info("peername"), info("sockname")
-        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
-        admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
-        return Client(uid, admin)
+        return self.client(request.transport, request.headers.get(ADMIN_HEADER))
 
     async def _check(
         self, request: web.BaseRequest, path: str, body: bytes, model: ModelSignature | None
@@ -424,8 +414,7 @@ class HttpFront(Front):
         model: ModelSignature | None,
     ) -> web.Response:
         """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline. A hang-up
-        cancels a POST that is no inference (Triton answers those at once), not an inference Triton has
-        (``Deadlines.within``, fault matrix row 38)."""
+        cancels a POST that is no inference, not an inference Triton has (``Deadlines.within``, row 38)."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request.method, target, headers, body)

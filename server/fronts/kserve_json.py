@@ -122,6 +122,7 @@ SHM_PARAMETERS = {
     "shared_memory_region": (str,), "shared_memory_byte_size": (int,), "shared_memory_offset": (int,),
 }  # fmt: skip
 INPUT_PARAMETERS = {"binary_data_size": (int,), **SHM_PARAMETERS}
+PARAMETER_CARRIERS = ("binary_data_size", "shared_memory_region")  # an input's data, beside 'data'
 OUTPUT_PARAMETERS = {"binary_data": (bool,), "classification": (int,), **SHM_PARAMETERS}
 
 
@@ -179,11 +180,7 @@ def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse 
     datatype = _field(item, "datatype", (str,), where, required=True)
     parameters = _parameters(item, where, INPUT_PARAMETERS)
     carriers = ["'data'"] if "data" in item else []
-    carriers += [
-        f"'{key}' in 'parameters'"
-        for key in ("binary_data_size", "shared_memory_region")
-        if key in parameters
-    ]
+    carriers += [f"'{key}' in 'parameters'" for key in PARAMETER_CARRIERS if key in parameters]
     if len(carriers) != 1:
         raise RequestRefusedError(
             f"{where} must set only one of the following fields: 'data', 'binary_data_size' in "

@@ -20,7 +20,7 @@ from typing import Any
 from server.admin import KEY_ENV
 from server.config_changes import ConfigChanges
 from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
-from server.fronts.client_regions import MAX_REGIONS, FrontRegions, ServerRegions
+from server.fronts.client_regions import MAX_REGIONS, Client, FrontRegions, ServerRegions
 from server.fronts.client_slots import (
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_OVERDUE,
@@ -28,6 +28,7 @@ from server.fronts.client_slots import (
     Deadlines,
     SlotLimits,
 )
+from server.fronts.peer import peer_uid
 from server.fronts.refusal_log import REFUSALS
 from server.fronts.signature_cache import ModelSignatures
 from server.proc_stat import running
@@ -156,8 +157,7 @@ def current_server_pid(pid_file: Path | None) -> int | None:
 
 
 class Front:
-    """What both fronts hold, from their flags: tritonserver's state, the shares, the models' configs
-    (``_model_config`` fetches one in the front's protocol), the admin key, the clients' shared memory."""
+    """What both fronts hold; ``_model_config`` fetches a config in the front's own protocol."""
 
     regions: type[FrontRegions]  # the clients' shared memory in the front's protocol
 
@@ -177,20 +177,22 @@ class Front:
     async def _model_config(self, model: str, version: str) -> Mapping[str, Any]:
         raise NotImplementedError
 
+    def client(self, transport: Any, sent_key: str | None) -> Client:
+        """Who sent a request: its socket's owner on this host, and whether it carries the admin key."""
+        peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
+        return Client(uid, bool(self.key) and sent_key == self.key)
+
 
 def _still_needed(args: argparse.Namespace) -> bool:
     """Its owner or its server still runs (without either flag: until SIGTERM)."""
     if args.owner_pid is None and args.server_pid_file is None:
         return True
-    if args.owner_pid is not None and running(args.owner_pid):
-        return True
-    server = current_server_pid(args.server_pid_file)
-    return server is not None and running(server)
+    return running(args.owner_pid) or running(current_server_pid(args.server_pid_file))
 
 
 async def _until_stopped(args: argparse.Namespace) -> None:
-    """Until SIGTERM or nobody needs the server; meanwhile its regions stay owner-only and the refusals
-    counted since their last log line are written once their window has passed."""
+    """Until SIGTERM or nobody needs the server, keeping its regions owner-only and the refusal log due."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     own_regions = ServerRegions(args.shm_prefix)  # this server's prefix alone: no /proc scan a second
@@ -207,8 +209,7 @@ def run_front(
     argv: list[str] | None,
     start: Callable[[argparse.Namespace], Awaitable[Callable[[], Awaitable[None]]]],
 ) -> None:
-    """Run a front with ``parser``'s flags and the shares': ``start(args)`` listens and returns its
-    ``stop()``, awaited once ``_until_stopped``."""
+    """Run a front: ``start(args)`` listens and returns its ``stop()``, awaited once ``_until_stopped``."""
     add_share_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

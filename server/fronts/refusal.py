@@ -27,9 +27,8 @@ class Refusal(Enum):
 
 
 class RequestRefusedError(ValueError):
-    """The request is refused before it reaches Triton; the message says what is wrong with it.
-    ``bound``: the front's bound that refused it, for the front's log (``refusal_log``); empty when the
-    request itself is at fault."""
+    """The request is refused before it reaches Triton; ``bound``: the front's bound that refused it, for
+    the front's log (``refusal_log``), empty when the request itself is at fault."""
 
     def __init__(self, message: str, kind: Refusal = Refusal.INVALID, bound: str = "") -> None:
         super().__init__(message)

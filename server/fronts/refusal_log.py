@@ -51,8 +51,7 @@ class RefusalLog:
             self._write(key, pair, now)
 
     def flush(self, everything: bool = False) -> None:
-        """Write the refusals counted since a line whose window has passed (``everything``: all of them,
-        as the front stops); forget pairs with nothing to write once their window has passed."""
+        """Write the refusals counted once their window passed (``everything``: all, as the front stops)."""
         now = self.clock()
         for key, pair in list(self.pairs.items()):
             due = everything or now - pair.last_line >= self.window_s

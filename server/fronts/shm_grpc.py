@@ -132,21 +132,15 @@ class GrpcSharedMemory(FrontRegions):
             return None
         if not method.startswith("SystemSharedMemory") or request is None:
             return None
-        if method == "SystemSharedMemoryRegister":
-            if not self.register(client(), request.name, request.key, request.offset, request.byte_size):
-                return None
-            return service_pb2.SystemSharedMemoryRegisterResponse().SerializeToString()
-        if self.table is None:
+        action = method.removeprefix("SystemSharedMemory")
+        registered = (request.key, request.offset, request.byte_size) if action == "Register" else ()
+        regions = self.serve(action.lower(), client, request.name, lambda: registered)
+        if regions is None:
             return None
-        if method == "SystemSharedMemoryUnregister":
-            self.table.unregister(client(), request.name)
-            return service_pb2.SystemSharedMemoryUnregisterResponse().SerializeToString()
-        status = service_pb2.SystemSharedMemoryStatusResponse()
-        for region in self.table.status(client(), request.name):
-            status.regions[region.name].CopyFrom(
-                service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region.status())
-            )
-        return status.SerializeToString()
+        answer = getattr(service_pb2, f"{method}Response")()
+        for region in regions:
+            answer.regions[region.name].CopyFrom(answer.RegionStatus(**region.status()))
+        return answer.SerializeToString()
 
     def to_triton(
         self, client: Client, request: service_pb2.ModelInferRequest, model: ModelSignature

@@ -123,10 +123,6 @@ def _json(document: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=json.dumps(document).encode(), content_type="application/json")
 
 
-def _empty() -> web.Response:
-    return web.Response(status=200, content_type="application/json")
-
-
 class HttpSharedMemory(FrontRegions):
     """What the HTTP front does with shared memory (``FrontRegions``), in HTTP's terms."""
 
@@ -143,19 +139,17 @@ class HttpSharedMemory(FrontRegions):
         name, action = match[1] or "", match[2]
         if (method == "GET") != (action == "status"):
             return _json({"error": "Method Not Allowed"}, 405)  # as Triton answers
-        if action == "register":
-            if not name:
-                raise RequestRefusedError(
-                    "shared memory register request names no region: POST "
-                    "/v2/systemsharedmemory/region/<name>/register"
-                )
-            return _empty() if self.register(client(), name, *check_register(body)) else None
-        if self.table is None:
+        if action == "register" and not name:
+            raise RequestRefusedError(
+                "shared memory register request names no region: POST "
+                "/v2/systemsharedmemory/region/<name>/register"
+            )
+        regions = self.serve(action, client, name, lambda: check_register(body))
+        if regions is None:
             return None
-        if action == "unregister":
-            self.table.unregister(client(), name)
-            return _empty()
-        return _json([region.status() for region in self.table.status(client(), name)])
+        if action != "status":
+            return web.Response(status=200, content_type="application/json")
+        return _json([region.status() for region in regions])
 
     def to_triton(
         self, client: Client, body: bytes, headers: CIMultiDict[str], model: ModelSignature

@@ -51,8 +51,7 @@ class ModelSignatures:
         self._pending: dict[Key, asyncio.Future[Found]] = {}
 
     async def get(self, model: str, version: str = "") -> ModelSignature:
-        """``model``'s signature, or ``RequestRefusedError``: Triton's refusal, or ``UNAVAILABLE``
-        when Triton does not answer for a config not known."""
+        """``model``'s signature, or Triton's refusal (``UNAVAILABLE``: no answer for a config not known)."""
         changed = self.changes.poll() if self.changes is not None else None
         if changed:  # the models it names are fetched again before their next check
             for key, entry in self._entries.items():

@@ -98,7 +98,7 @@ class PortProbe:
         self.seen: list[int | None] = []
 
     def __call__(self, *args: object, **kwargs: object) -> NoReturn:
-        self.seen.append(ports.port_base())
+        self.seen.append(ports._base)
         raise StudyError("stopped where the first server would start")
 
     def steps(self, profile: object) -> int:

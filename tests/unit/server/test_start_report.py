@@ -19,7 +19,7 @@ import pytest
 
 from server.install import ServerError
 from server.launcher import ServerOptions, TritonServer
-from server.start_report import StubDiedAtStartError, loading_models, still_loading, stub_died_at_start
+from server.start_report import StubDiedAtStartError, loading_models, still_loading
 
 LOG = """\
 I1206 20:28:42.416356 7781 model_lifecycle.cc:472] "loading: recommender_pipeline_dense:1"
@@ -59,7 +59,7 @@ def test_the_models_still_loading_are_those_begun_and_neither_loaded_nor_failed(
         "recommender_pipeline_dense",
         "recommender_pipeline_embedding",
     ]
-    assert loading_models([]) == [] and still_loading(None, ["nothing about loading"]) == ""
+    assert loading_models([]) == [] and still_loading(None, ["nothing about loading"]) == ("", False)
 
 
 def test_a_start_that_times_out_names_each_loading_model_and_its_stub(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_a_start_that_times_out_names_each_loading_model_and_its_stub(tmp_path: 
         sleepers += [hung, forked]
         deadline = time.monotonic() + 30
         settled = f"stub pid {hung} ", f"not reaped by tritonserver: pid {dead}"
-        while not all(part in still_loading(server_process.pid, LOG.splitlines()) for part in settled):
+        while not all(part in still_loading(server_process.pid, LOG.splitlines())[0] for part in settled):
             assert time.monotonic() < deadline, "the stubs never took their argv, or the dead one lives"
             time.sleep(0.05)  # a child's argv is its own once it has exec'd
         time.sleep(1.0)  # so that it has existed a whole second
@@ -84,7 +84,7 @@ def test_a_start_that_times_out_names_each_loading_model_and_its_stub(tmp_path: 
             server.wait_ready()
         # a retry only for the dead stub's model: the hung one, alive, is no evidence of a death
         hung_only = [line for line in LOG.splitlines() if "recommender_pipeline_dense" not in line]
-        died = [stub_died_at_start(server_process.pid, log) for log in (LOG.splitlines(), hung_only)]
+        died = [still_loading(server_process.pid, log)[1] for log in (LOG.splitlines(), hung_only)]
     finally:
         server_process.kill()
         server_process.wait()

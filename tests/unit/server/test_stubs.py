@@ -62,7 +62,7 @@ def test_a_stub_is_found_by_its_server_and_its_region_then_killed_as_a_stray(tmp
         )  # fmt: skip
         assert found.alive and not found.stopped and found.shm_region == f"{prefix}region"
         assert stubs_with_prefix(prefix) == [stub.pid] and f"{prefix}region" in stub_regions()
-        assert server_stubs(os.getppid()) == [] and stubs_with_prefix(f"{prefix}other") == []
+        assert server_stubs(stub.pid) == [] and stubs_with_prefix(f"{prefix}other") == []
         kill_stray_stubs(prefix)
         deadline = time.monotonic() + 10
         while stubs_with_prefix(prefix) and time.monotonic() < deadline:
