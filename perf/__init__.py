@@ -1,6 +1,5 @@
-"""Load generation, measurement and the batching study behind ``make perf``: the public pieces for
-other studies (``perf.measure.measurement.measure`` is not re-exported: its name would hide the package
-``perf.measure``)."""
+"""The public pieces of ``make perf`` for other studies (``measure`` is not re-exported: its name would
+hide the package ``perf.measure``)."""
 
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import Load, closed_loop, poisson, trace

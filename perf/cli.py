@@ -1,13 +1,12 @@
 """``python -m perf``: ``run`` (``make perf``), ``analyzer`` (``make perf-analyzer``), and where the
-exit status of ``tune``, ``plan`` and ``witness`` is decided. Options default to the profile's, and to
-``PERF_*`` variables, so ``make perf`` needs no plumbing.
-"""
+exit status of ``tune``, ``plan`` and ``witness`` is decided; options default to ``PERF_*`` variables."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import os
 import shutil
 import signal
@@ -22,36 +21,31 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from exporters.errors import SpecError
-from perf.bench.witness import add_parser as add_witness_parser
-from perf.bench.witness import command_witness
-from perf.errors import (
-    EXIT_INTERRUPTED,
-    EXIT_NOTHING_MEETS,
-    EXIT_RUNTIME,
-    EXIT_USAGE,
-    NothingMeetsError,
-    OptionError,
-    PerfError,
-    comma_list,
-)
+from perf import errors
+from perf.bench import witness
 from perf.markdown import report_folder
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
-from perf.plan.cli import THE_SETUP as THE_PLAN_SETUP
-from perf.plan.cli import PlanSetup, command_plan
-from perf.plan.cli import add_parser as add_plan_parser
-from perf.plan.cli import usage_errors as plan_usage_errors
+from perf.plan import cli as plan_cli
 from perf.plan.placement import PlacementError
-from perf.studies.catalog import studies
 from perf.studies.framework import Study, StudyContext, StudyReport
 from perf.studies.goals import Goal
 from perf.studies.profiles import PROFILES, Profile, get_profile
 from perf.studies.study_spec import FAMILIES, MODES, spec_families
-from perf.tune.cli import THE_SETUP, TuneSetup, command_tune
-from perf.tune.cli import add_parser as add_tune_parser
-from perf.tune.cli import usage_errors as tune_usage_errors
+from perf.tune import cli as tune_cli
 from server.ports import add_port_base_option, use_port_base
 
 WORKDIR = Path(".run/perf")
+
+
+def studies() -> list[Study]:
+    """Every study of ``make perf``, in order (imported when asked for: they pull in torch)."""
+    from perf.studies.pipeline_study import PipelineStudy
+    from perf.studies.queue_policy_study import QueuePolicyStudy
+    from perf.studies.report import BatchingStudy
+    from perf.studies.shape_study import ShapeStudy
+    from perf.studies.text_study import TextStudy
+
+    return [BatchingStudy(), PipelineStudy(), TextStudy(), QueuePolicyStudy(), ShapeStudy()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +56,8 @@ class PerfSetup:
         default_factory=lambda: Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
     )
     studies: Callable[[], Sequence[Study]] = studies
-    tune: TuneSetup = THE_SETUP
-    plan: PlanSetup = THE_PLAN_SETUP
+    tune: tune_cli.TuneSetup = tune_cli.THE_SETUP
+    plan: plan_cli.PlanSetup = plan_cli.THE_SETUP
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,16 +89,16 @@ def parser() -> argparse.ArgumentParser:
                           "are not zoo families are found (models.yaml)")  # fmt: skip
     add_port_base_option(run)
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
-    add_tune_parser(commands)
-    add_plan_parser(commands)
-    add_witness_parser(commands)
+    tune_cli.add_parser(commands)
+    plan_cli.add_parser(commands)
+    witness.add_parser(commands)
     return top
 
 
 def profile_from(args: argparse.Namespace) -> Profile:
     overrides = {
-        "families": comma_list(args.models), "modes": comma_list(args.modes),
-        "concurrencies": comma_list(args.concurrency, int, "--concurrency"), "protocol": args.protocol,
+        "families": errors.comma_list(args.models), "modes": errors.comma_list(args.modes),
+        "concurrencies": errors.comma_list(args.concurrency, int, "--concurrency"), "protocol": args.protocol,
         "goal_concurrency": args.goal_concurrency, "window_s": args.window,
         "warmup_s": args.warmup,
         "max_windows": args.max_windows, "poisson_fraction": args.rate_fraction, "trace": args.trace,
@@ -116,9 +110,6 @@ def profile_from(args: argparse.Namespace) -> Profile:
         if len(own) == len(overrides["families"]):  # the zoo's other studies measure zoo models only
             overrides.update(text_modes=(), queue_policy_s=0.0)
     return get_profile(args.profile, **{k: v for k, v in overrides.items() if v is not None})
-
-
-INTERRUPTED = "[red]interrupted; the server was stopped[/red]"
 
 
 def _stop_on_sigterm() -> None:
@@ -154,13 +145,10 @@ def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]
         console=console, transient=False,
     ) as progress:  # fmt: skip
         task = progress.add_task("starting", total=total)
-        started = [False]
+        calls = itertools.count()
 
-        def step(description: str) -> None:
-            if started[0]:
-                progress.advance(task)
-            started[0] = True
-            progress.update(task, description=description[:60])
+        def step(description: str) -> None:  # a step starts: the one before it is done
+            progress.update(task, advance=1 if next(calls) else 0, description=description[:60])
 
         yield step
         progress.update(task, completed=total, description="done")
@@ -169,21 +157,15 @@ def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]
 def run_studies(
     listed: Sequence[Study], profile: Profile, folder: Path, spec_path: Path, console: Console
 ) -> None:
-    """Every study of ``make perf`` in order, each with its own bar."""
+    """Every study of ``make perf`` in order, each with a progress bar of its steps."""
     for study in listed:
         if not study.steps(profile):
             console.print(f"{study.title}: not in profile {profile.name}; skipped")
             continue
-        print_report(run_one(study, profile, folder, console, spec_path), console)
-
-
-def run_one(
-    study: Study, profile: Profile, folder: Path, console: Console, spec_path: Path = Path("models.yaml")
-) -> StudyReport:
-    """One study with a progress bar of its steps; it writes into ``folder``."""
-    console.print(f"{study.title} …")
-    with progress_bar(study.steps(profile), console) as step:
-        return study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
+        console.print(f"{study.title} …")
+        with progress_bar(study.steps(profile), console) as step:
+            report = study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
+        print_report(report, console)
 
 
 def print_report(report: StudyReport, console: Console) -> None:
@@ -214,17 +196,13 @@ def print_goals(goals: list[Goal], console: Console) -> None:
 def command_analyzer(console: Console) -> int:
     from perf.studies.report import BatchingStudy  # matplotlib only when a report is written
 
-    binary = find_perf_analyzer()
-    if binary is None:
+    if find_perf_analyzer() is None:
         console.print(HOW_TO_GET_IT.format(glibc=glibc_version()), highlight=False)
         return 0
     profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))
     folder = report_folder(Path("reports"), "perf-analyzer")
-    print_report(run_one(BatchingStudy(), profile, folder, console), console)
+    run_studies([BatchingStudy()], profile, folder, Path("models.yaml"), console)
     return 0
-
-
-USAGE_ERRORS = (OptionError, SpecError, PlacementError)
 
 
 def main(argv: list[str] | None = None, setup: PerfSetup | None = None) -> int:
@@ -238,48 +216,48 @@ def main(argv: list[str] | None = None, setup: PerfSetup | None = None) -> int:
     try:
         return run_command(top, args, setup)
     except KeyboardInterrupt:
-        console.print(INTERRUPTED)
-        return EXIT_INTERRUPTED
-    except NothingMeetsError as verdict:
+        console.print("[red]interrupted; the server was stopped[/red]")
+        return errors.EXIT_INTERRUPTED
+    except errors.NothingMeetsError as verdict:
         console.print(verdict.verdict, highlight=False, markup=False)
         _print_hint(verdict, console)
-        return EXIT_NOTHING_MEETS
-    except USAGE_ERRORS as error:  # the options or the spec the user gave, before anything is measured
+        return errors.EXIT_NOTHING_MEETS
+    except (errors.OptionError, SpecError, PlacementError) as error:  # the options or spec given
         console.print(f"[red]{args.command} failed[/red]: {error}", highlight=False)
-        return EXIT_USAGE
-    except PerfError as error:
+        return errors.EXIT_USAGE
+    except errors.PerfError as error:
         console.print(f"[red]{args.command} failed[/red]: {error}", highlight=False)
         _print_hint(error, console)
-        return EXIT_RUNTIME
+        return errors.EXIT_RUNTIME
 
 
-def _print_hint(error: PerfError, console: Console) -> None:
+def _print_hint(error: errors.PerfError, console: Console) -> None:
     if error.hint:
         console.print(f"  {error.hint}", highlight=False, markup=False)
 
 
 def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, setup: PerfSetup) -> int:
     """Check the options (a usage error exits 2 before any report folder is made), then run."""
-    if args.command == "plan" and (error := plan_usage_errors(args)):
+    if args.command == "plan" and (error := plan_cli.usage_errors(args)):
         top.error(error)
-    if args.command == "tune" and (error := tune_usage_errors(args, setup.tune)):
+    if args.command == "tune" and (error := tune_cli.usage_errors(args, setup.tune)):
         top.error(error)
     if args.command == "run":
         try:
             profile = profile_from(args)
-        except OptionError as error:  # a usage error, before any folder is made or minutes are measured
+        except errors.OptionError as error:  # before any folder is made or minutes are measured
             top.error(str(error))
         if not args.spec.is_file() and any(s.serves_spec and s.steps(profile) for s in setup.studies()):
             top.error(f"--spec {args.spec}: no such file (the pipeline study serves its pipelines)")
     _stop_on_sigterm()  # a killed command must not leave its tritonserver running
     if args.command == "plan":
-        return command_plan(args, setup.console, setup.plan)
+        return plan_cli.command_plan(args, setup.console, setup.plan)
     if args.command == "tune":
-        return command_tune(args, setup.console, setup.tune)
+        return tune_cli.command_tune(args, setup.console, setup.tune)
     if args.command == "analyzer":
         return command_analyzer(setup.console)
     if args.command == "witness":
-        return command_witness(args)
+        return witness.command_witness(args)
     folder = report_folder(args.reports, log_name="perf.log")
     setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
     run_studies(setup.studies(), profile, folder, args.spec, setup.console)

@@ -1,6 +1,5 @@
-"""Exceptions of the perf package, in the shape of ``exporters.errors``: an option the user got wrong
-(``OptionError``) is kept apart from a study that failed while running (``StudyError``), so the CLI
-answers the first with a usage message before anything is built or measured."""
+"""Exceptions of the perf package: an option the user got wrong (``OptionError``) is kept apart from a
+study that failed while running (``StudyError``), so the CLI answers it before anything is measured."""
 
 from __future__ import annotations
 
@@ -36,26 +35,22 @@ class StudyError(PerfError, RuntimeError):
 
 
 class ServerDiedError(StudyError):
-    """The server died during a run (exit status 1, never "nothing meets"): the run is no evidence about
-    the configuration. ``cause``: how it died, as the supervisor says it (``server.supervisor.death_cause``);
-    ``log_path``: its log, which the command copies into its report folder (``kept``) before the next
-    run overwrites it."""
+    """The server died during a run (exit 1, never "nothing meets": no evidence about the configuration);
+    ``cause`` as ``server.supervisor.death_cause`` says it; ``log_path`` is kept in the report (``kept``)."""
 
     def __init__(self, message: str, cause: str, log_path: str) -> None:
         super().__init__(message)
         self.cause, self.log_path, self.kept = cause, log_path, ""
 
 
-# Exit statuses of every ``python -m perf`` command (``perf.cli.main`` maps exceptions to them): 0 an
-# answer, 1 a runtime error, 2 a usage or spec error, 3 nothing measured met the budget (a verdict about
-# this machine, not a failure of the tool), 130 interrupted (Ctrl-C or SIGTERM; the server was stopped).
+# Exit statuses of ``python -m perf`` (``perf.cli.main``): 0 an answer, 1 a runtime error, 2 a usage or
+# spec error, 3 nothing met the budget (a verdict, not a failure), 130 interrupted (Ctrl-C or SIGTERM).
 EXIT_RUNTIME, EXIT_USAGE, EXIT_NOTHING_MEETS, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 class NothingMeetsError(PerfError):
-    """Nothing measured here met the latency budget: the tool's honest answer, kept apart from errors so
-    that the CLI exits ``EXIT_NOTHING_MEETS`` and writes no spec as an answer. ``str()`` is the one-line
-    verdict; ``detail`` says more (the report's business, not the console's)."""
+    """Nothing measured met the latency budget: an answer, not an error, so the CLI exits
+    ``EXIT_NOTHING_MEETS`` and writes no spec. ``str()`` is the verdict; ``detail`` is for the report."""
 
     def __init__(self, verdict: str, detail: str = "") -> None:
         super().__init__(verdict)
@@ -66,10 +61,8 @@ class NothingMeetsError(PerfError):
         cls, budget_ms: float, label: str, rate: float, p99_ms: float, behind: float | None = None,
         detail: str = "", note: str = "", failed: int = 0,
     ) -> NothingMeetsError:  # fmt: skip
-        """The verdict naming the closest figure measured: ``label`` at ``rate``/s with p99 ``p99_ms``
-        and by how much it is over the budget (``behind``: what it served, where it fell behind the
-        offered rate; ``failed``: its requests that failed, each a miss whatever the p99 of the others;
-        ``note``: why a run within the budget is still no answer)."""
+        """The verdict naming the closest run measured (``behind``: what it served where it fell behind;
+        ``failed``: each a miss whatever the others' p99; ``note``: why a run within budget is no answer)."""
         over = f", {p99_ms - budget_ms:,.1f} ms over the budget" if p99_ms > budget_ms else ""
         served = f", serving only {per_second(behind)} of it" if behind is not None else ""
         failures = f", {failed:,} request{'s' if failed != 1 else ''} failed" if failed else ""

@@ -1,6 +1,5 @@
-"""The markdown every perf report is written with. A figure that could not be measured is a NaN that
-carries its reason (``Unmeasured``), printed as "could not be measured: <why>", never as a claim the run
-did not make; a new timestamped folder per run keeps earlier reports."""
+"""The markdown every perf report is written with: a figure that could not be measured is a NaN with its
+reason (``Unmeasured``), printed as "could not be measured: <why>", never as a claim the run did not make."""
 
 from __future__ import annotations
 
@@ -34,19 +33,14 @@ class Unmeasured(float):
 
 
 def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
-    """Why ``value`` is not a figure to print (None: it is one). ``signed``: a figure that may be
-    negative (a change, an error in percent)."""
-    if value is None:
-        return NO_VALUE
-    if isinstance(value, Unmeasured):
-        return value.why or NO_VALUE
-    if math.isnan(value):
+    """Why ``value`` is not a figure to print (None: it is one); ``signed``: it may be negative (a change)."""
+    if isinstance(value, Unmeasured) and value.why:
+        return value.why
+    if value is None or math.isnan(value):
         return NO_VALUE
     if math.isinf(value):
         return INFINITE
-    if value < 0 and not signed:
-        return NEGATIVE
-    return None
+    return NEGATIVE if value < 0 and not signed else None
 
 
 def error_percent(predicted: float, measured: float | None) -> float:
@@ -96,8 +90,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def write_report(
     path: Path, lines: Sequence[str], figures: Any = None, figures_path: Path | None = None
 ) -> Path:
-    """Write a report: ``figures`` as JSON first (``figures_path``, by default ``path`` with ``.json``),
-    so every number survives a render that fails, then the markdown ``lines`` at ``path``."""
+    """``figures`` as JSON first (default ``path`` with ``.json``): they survive a failing render."""
     if figures is not None:
         target = figures_path or path.with_suffix(".json")
         target.write_text(json.dumps(figures, indent=1, default=plain))
@@ -116,8 +109,7 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 def report_folder(reports: Path, kind: str = "", log_name: str | None = None) -> Path:
-    """Create ``reports/<timestamp>-<kind>`` (no suffix without ``kind``); with ``log_name``, send this
-    process's INFO log there (unless logging is already set up, as under pytest)."""
+    """A new ``reports/<timestamp>[-<kind>]``, earlier reports kept; ``log_name``: where the INFO log goes."""
     folder = reports / (datetime.now().strftime("%Y%m%d-%H%M%S") + (f"-{kind}" if kind else ""))
     folder.mkdir(parents=True, exist_ok=True)
     if log_name is not None:

@@ -1,8 +1,6 @@
-"""Saved documents (``result.json``, ``plan.json``): frozen dataclasses written as JSON and read back
-through the same types (pydantic validates them), so a renamed field, a figure of the wrong type or a
-missing section fails as the file is read, naming the field, not as a ``KeyError`` deep in a report. A
-key no type has any more (a figure dropped since the file was written) is passed over, so older files
-still read."""
+"""Saved documents (``result.json``, ``plan.json``): dataclasses as JSON, read back through the same types
+(pydantic), so a wrong field fails as the file is read, naming it; a key no type has any more is passed
+over, so older files still read."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ Document = TypeVar("Document")
 
 
 def save_document(path: Path, document: Any) -> Path:
-    """Write the dataclass ``document`` to ``path`` as indented JSON (``asdict`` refuses anything
-    else); returns ``path``."""
+    """The dataclass ``document`` as indented JSON at ``path`` (``asdict`` refuses anything else)."""
     path.write_text(json.dumps(dataclasses.asdict(document), indent=1, default=plain))
     return path
 

@@ -21,9 +21,8 @@ from perf.model.batcher import BatcherConfig
 
 
 def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = False) -> ModelSpec:
-    """``base`` with the candidate's batching and instance count; its queue policy dropped unless
-    ``keep_queue``: on Triton 2.51 one stalls the batcher ~510 ms every few seconds, and every p99 measured
-    would be that stall."""
+    """``base`` with the candidate's batching and instances; its queue policy dropped unless ``keep_queue``
+    (on Triton 2.51 one stalls the batcher ~510 ms every few seconds: every p99 would be that stall)."""
     if config.batching:
         batching = dataclasses.replace(
             base.batching,
@@ -40,10 +39,12 @@ def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fa
     return dataclasses.replace(base, max_batch_size=max_batch_size, batching=batching, instances=instances)
 
 
-def overlay_entry(
-    base: ModelSpec, config: BatcherConfig, keep_queue: bool = False, buckets: tuple[int, ...] | None = None
-) -> dict[str, Any]:
-    """The overlay's entry for one model: ``batching`` whole, and a variable-length model's ``buckets``."""
+def write_overlay(
+    base_path: Path, base: ModelSpec, config: BatcherConfig, folder: Path, note: str,
+    keep_queue: bool = False, buckets: tuple[int, ...] | None = None,
+) -> Spec:  # fmt: skip
+    """``overlay.yaml`` (the model's ``batching`` whole, a variable-length model's ``buckets``) and the merged
+    ``spec.tuned.yaml`` in ``folder``; the checked spec."""
     tuned = candidate_spec(base, config, keep_queue)
     batching: dict[str, Any] = {"mode": tuned.batching.mode}
     if config.batching:
@@ -61,16 +62,13 @@ def overlay_entry(
     }
     if buckets is not None:
         entry["buckets"] = list(buckets)
-    return entry
+    return write_merged_spec(base_path, {"models": [entry]}, folder, "spec.tuned.yaml", note)
 
 
 def _merge(base: Any, over: Any) -> Any:
     """Mappings merge key by key; anything else in ``over`` replaces ``base``."""
     if isinstance(base, dict) and isinstance(over, dict):
-        merged = dict(base)
-        for key, value in over.items():
-            merged[key] = _merge(base.get(key), value) if key in base else copy.deepcopy(value)
-        return merged
+        return {**base, **{key: _merge(base.get(key), value) for key, value in over.items()}}
     return copy.deepcopy(over)
 
 
@@ -91,8 +89,7 @@ def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
 
 
 def base_document(base_path: Path) -> dict[str, Any]:
-    """The base spec's document with its source paths made absolute, so a spec merged from it and written
-    elsewhere (a report folder) builds from any folder."""
+    """The base spec with absolute source paths, so a spec merged from it builds from any folder."""
     return with_absolute_paths(load_spec_document(base_path), base_path.resolve().parent)
 
 
@@ -100,8 +97,7 @@ def write_merged_spec(
     base_path: Path, overlay: dict[str, Any], folder: Path, name: str, note: str,
     merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = apply_overlay,
 ) -> Spec:  # fmt: skip
-    """Write ``overlay.yaml`` and the base spec merged with it as ``name`` into ``folder``; the checked
-    spec."""
+    """``overlay.yaml`` and the base spec merged with it as ``name`` in ``folder``; the checked spec."""
     merged = merge(base_document(base_path), overlay)
     spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field
     header = f"# {note}\n"
@@ -111,15 +107,6 @@ def write_merged_spec(
     (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
     (folder / name).write_text(header + anchored + yaml.safe_dump(merged, sort_keys=False))
     return spec
-
-
-def write_overlay(
-    base_path: Path, base: ModelSpec, config: BatcherConfig, folder: Path, note: str,
-    keep_queue: bool = False, buckets: tuple[int, ...] | None = None,
-) -> Spec:  # fmt: skip
-    """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec."""
-    overlay = {"models": [overlay_entry(base, config, keep_queue, buckets)]}
-    return write_merged_spec(base_path, overlay, folder, "spec.tuned.yaml", note)
 
 
 def config_json(spec: ModelSpec) -> str:

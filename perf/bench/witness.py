@@ -1,6 +1,5 @@
-"""perf_analyzer as an independent witness for our load generator, side by side on the same server and
-configuration, runs interleaved; each run's CPU per request says why they differ where they do
-(docs/TUNE.md, "perf_analyzer beside our client")."""
+"""perf_analyzer and our load generator side by side, runs interleaved; each run's CPU per request says
+why they differ (docs/TUNE.md, "perf_analyzer beside our client")."""
 
 from __future__ import annotations
 

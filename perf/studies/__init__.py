@@ -1,1 +1,1 @@
-"""The studies of ``make perf``, on ``framework`` and listed in order by ``catalog``."""
+"""The studies of ``make perf``, on ``framework`` and listed in order by ``perf.cli.studies``."""

@@ -49,8 +49,7 @@ class Row:
     ratios: dict[str, float]
     send_lag_p99_ms: float = float("nan")  # how late the client sent, after the last sample arrived
     outside_server_ms: float = float("nan")  # mean latency not spent in the server's queue or compute
-    # A variable-length model: the share of the positions computed that are padding, and positions
-    # computed per position the requests hold (static batching pads each batch to its longest).
+    # A variable-length model: the padding's share of the positions computed, and computed per needed.
     padded_share: float = float("nan")
     padded_compute: float = float("nan")
 
@@ -101,8 +100,7 @@ def latency_figures(measurement: Measurement) -> tuple[float, float, float]:
     summary = measurement.summary()
     if summary.succeeded:
         return summary.p50_ms, summary.p90_ms, summary.p99_ms
-    failed = sum(not r.ok for r in measurement.records)
-    sent = measurement.attempts
+    failed, sent = sum(not r.ok for r in measurement.records), measurement.attempts
     why = Unmeasured(f"no request answered ({failed} of {sent} failed)" if sent else "no request was sent")
     return why, why, why
 
@@ -154,9 +152,7 @@ def padding(measurement: Measurement) -> tuple[float, float] | None:
     sized = [r for r in measurement.measured_records() if r.ok and r.sent_length]
     sent = sum(r.batch * r.sent_length for r in sized)
     needed = sum(r.batch * r.length for r in sized)
-    if not sent or not needed:
-        return None
-    return 1 - needed / sent, sent / needed
+    return (1 - needed / sent, sent / needed) if sent and needed else None
 
 
 def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:
@@ -213,18 +209,11 @@ def predicted_throughput(fit: LatencyFit, mode: str, concurrency: int, formed: d
 def gain_checks(family: FamilyResult, fit: LatencyFit, concurrency: int) -> list[GainCheck]:
     none = at_concurrency(family, "none", concurrency)
     base = none.summary().throughput if none is not None else 0.0
-    if not base or fit is None:
-        return []
     checks = []
-    for mode in family.sweep:
-        spec = MODES[mode]
-        if spec.max_queue_delay_ms is None or spec.instances != 1:
-            continue
+    for mode in family.sweep if base else ():
         measurement = at_concurrency(family, mode, concurrency)
-        if measurement is None:
-            continue
-        histogram = formed_histogram(measurement)
-        if histogram:
+        histogram = formed_histogram(measurement) if measurement else {}
+        if MODES[mode].max_queue_delay_ms is not None and MODES[mode].instances == 1 and histogram:
             predicted = predicted_throughput(fit, mode, concurrency, histogram) / fit.throughput(1)
             checks.append(GainCheck(mode, measurement.summary().throughput / base, predicted))
     return checks
@@ -241,7 +230,7 @@ class Efficiency:
     compute_ratio: float  # raw batch time / server compute time, at the formed batch sizes
     server_cpu_per_1000: float
     raw_cpu_per_1000: float
-    overhead: Overhead | None = None  # serving's cost per execution over raw, at the formed batches
+    overhead: Overhead  # serving's cost per execution over raw, at the formed batches
 
     @property
     def ratio(self) -> float:
@@ -342,14 +331,12 @@ def overhead_cell(overhead: Overhead | None) -> str:
     return f"{markdown.UNMEASURED} ({overhead.why})" if overhead.why else number(overhead.ms, 3)
 
 
-def at_raw_sizes(
-    batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint], min_executions: int
-) -> list[Overhead]:
-    """One overhead per raw batch size the server formed at least ``min_executions`` times."""
+def at_raw_sizes(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> list[Overhead]:
+    """One overhead per raw batch size the server formed at least ``MIN_EXECUTIONS`` times."""
     return [
         overhead_of({point.batch: batches[point.batch]}, raw)
         for point in sorted(raw, key=lambda p: p.batch)
-        if point.batch in batches and batches[point.batch].executions >= min_executions
+        if point.batch in batches and batches[point.batch].executions >= MIN_EXECUTIONS
     ]
 
 
@@ -459,8 +446,7 @@ def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
             for c in checks
         )
         met = all_met(gain_goal.met(abs(c.error_pct)) for c in checks)
-        limits = OVERHEAD_NOTE if met is False else ""
-        goals.append(gain_goal.outcome(text, met, limits))
+        goals.append(gain_goal.outcome(text, met, OVERHEAD_NOTE if met is False else ""))
     return goals
 
 

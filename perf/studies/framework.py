@@ -1,6 +1,5 @@
-"""What every study of ``make perf`` stands on: one ``Profile``, one way to call a model, one way to
-measure it with the server's view, one place a report is written (docs/PERF.md, "Writing a new study").
-"""
+"""What every study of ``make perf`` stands on: one ``Profile``, one way to call and measure a model, one
+place a report is written (docs/PERF.md, "Writing a new study")."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from perf import markdown
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load, poisson, read_trace
 from perf.measure.measurement import Measurement, measure
-from perf.measure.target import Target
+from perf.measure.target import Target, target_from_spec
 from perf.studies.goals import Goal
 from perf.studies.profiles import Profile
 from server import ServerOptions, TritonServer
@@ -39,10 +38,18 @@ class StudyContext:
         """A ``TritonServer`` logging into the report folder; ``options``: more ``ServerOptions``."""
         return TritonServer(ServerOptions(repository=repository, log_path=self.folder / log_name, **options))
 
-    def target(self, server: TritonServer, spec: ModelSpec, served_as: str | None = None) -> Target:
+    def url(self, server: TritonServer) -> str:
+        return server.grpc_url if self.profile.protocol == "grpc" else server.http_url
+
+    def target(
+        self, server: TritonServer, spec: ModelSpec, served_as: str = "", collect: int = 1, rows: int = 64
+    ) -> Target:
         """``spec``'s model called as the profile says; ``served_as``: the served name where it differs
-        (a pipeline takes the inputs of the model it splits)."""
-        target = self.profile.target(server, spec, rows=64)
+        (a pipeline takes the inputs of the model it splits); ``collect``: client-side static batching."""
+        p = self.profile
+        target = target_from_spec(
+            spec, self.url(server), p.protocol, collect, p.shared_memory, p.seed, max(collect, rows)
+        )
         return replace(target, model=served_as) if served_as else target
 
     def measure(
@@ -64,8 +71,7 @@ class StudyContext:
         return result
 
     def open_load(self, rate: float, seed_offset: int = 0) -> Load:
-        """The profile's trace, else Poisson at ``rate`` (``seed_offset``: a phase that must not replay
-        the same arrivals)."""
+        """The profile's trace, else Poisson at ``rate`` (``seed_offset``: for a phase of other arrivals)."""
         if self.profile.trace:
             return read_trace(self.profile.trace)
         return poisson(rate, self.profile.seed + seed_offset)

@@ -71,8 +71,7 @@ class Row:
 
 @dataclass
 class Live:
-    """The live phase: the pipeline under fixed load while its parameters change (the updater counts
-    into it as it goes)."""
+    """The pipeline under fixed load while its parameters change (the updater counts into it)."""
 
     figures: Summary | None = None
     updates_applied: int = 0
@@ -82,10 +81,6 @@ class Live:
     @property
     def complete(self) -> bool:
         return self.dense_swapped and self.updates_applied > 0
-
-
-def comparisons(profile: Profile) -> list[Comparison]:
-    return [COMPARISONS[name] for name in profile.pipelines]
 
 
 def runs_live(profile: Profile) -> bool:
@@ -132,7 +127,7 @@ class PipelineStudy:
     serves_spec = True  # the pipelines of the user's spec
 
     def steps(self, profile: Profile) -> int:
-        wanted = comparisons(profile)
+        wanted = [COMPARISONS[name] for name in profile.pipelines]
         if not wanted:
             return 0
         return 2 + 2 * len({c.model for c in wanted}) + 2 * len(wanted) + runs_live(profile)
@@ -146,7 +141,8 @@ class PipelineStudy:
         return write_pipeline_report(context, self, rows, live)
 
     def _measure(self, context: StudyContext, repository: Path) -> tuple[list[Row], Live | None]:
-        profile, wanted = context.profile, comparisons(context.profile)
+        profile = context.profile
+        wanted = [COMPARISONS[name] for name in profile.pipelines]
         spec = study_spec(context.spec_path, wanted)
         context.progress("building the pipeline study repository")
         build_repository(spec, repository, num_gpus=0)
@@ -180,25 +176,23 @@ def _send_updates(url: str, admin_key: str, repository: Path, spec: Spec, count:
     pipeline = spec.pipeline(LIVE_PIPELINE)
     model_spec = spec.model(pipeline.model)
     embedding, dense = pipeline.stage_names
-    client = httpclient.InferenceServerClient(url)
-    try:
-        rng = np.random.default_rng(0)
-        model = build_torch_model(model_spec)
-        for index in range(count):
-            table_index = index % len(model.table_sizes)
-            rows = rng.integers(0, model.table_sizes[table_index], size=UPDATE_ROWS)
-            width = model.embed.tables[table_index].embedding_dim
-            values = rng.standard_normal((UPDATE_ROWS, width)).astype(np.float32)
-            client.infer(embedding, make_inputs(httpclient, embedding_update(table_index, rows, values)))
-            live.updates_applied += 1
-            time.sleep(0.05)
-        publish_dense_version(pipeline, model_spec, repository, version=DENSE_VERSION, seed=DENSE_SEED)
-        client.load_model(dense, headers=admin_headers(admin_key))
-        live.dense_swapped = client.is_model_ready(dense, str(DENSE_VERSION))
-    except Exception:  # the report says the phase was incomplete
-        log.exception("live updates failed: the live phase is incomplete")
-    finally:
-        client.close()
+    with httpclient.InferenceServerClient(url) as client:
+        try:
+            rng = np.random.default_rng(0)
+            model = build_torch_model(model_spec)
+            for index in range(count):
+                table_index = index % len(model.table_sizes)
+                rows = rng.integers(0, model.table_sizes[table_index], size=UPDATE_ROWS)
+                width = model.embed.tables[table_index].embedding_dim
+                values = rng.standard_normal((UPDATE_ROWS, width)).astype(np.float32)
+                client.infer(embedding, make_inputs(httpclient, embedding_update(table_index, rows, values)))
+                live.updates_applied += 1
+                time.sleep(0.05)
+            publish_dense_version(pipeline, model_spec, repository, version=DENSE_VERSION, seed=DENSE_SEED)
+            client.load_model(dense, headers=admin_headers(admin_key))
+            live.dense_swapped = client.is_model_ready(dense, str(DENSE_VERSION))
+        except Exception:  # the report says the phase was incomplete
+            log.exception("live updates failed: the live phase is incomplete")
 
 
 def _measure_live(

@@ -62,8 +62,7 @@ def latency_vs_throughput(family: FamilyResult, path: Path) -> Path:
 
 def formed_batch_histogram(family: FamilyResult, path: Path) -> Path:
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    formed = {mode: analysis.formed_histogram(run) for mode, run in family.open_loop.items()}
-    formed = {mode: histogram for mode, histogram in formed.items() if histogram}
+    formed = {mode: h for mode, run in family.open_loop.items() if (h := analysis.formed_histogram(run))}
     width = 0.8 / max(len(formed), 1)
     for index, (mode, histogram) in enumerate(formed.items()):
         sizes = np.array(sorted(histogram))

@@ -8,12 +8,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporters.schema.models import ModelSpec
 from perf.errors import OptionError, check_at_least
 from perf.measure.engine import MeasureSettings
-from perf.measure.target import PROTOCOLS, Target, target_from_spec
+from perf.measure.target import PROTOCOLS
 from perf.studies.study_spec import COMPARISONS, FAMILIES, MODES, TEXT_MODES
-from server import TritonServer
 
 
 @dataclass(frozen=True)
@@ -41,11 +39,8 @@ class Profile:
     text_corpus: int = 512
     text_reference_texts: int = 128
     text_int8: bool = True  # also serve the int8 encoder (buckets) and compare it with fp32
-    # The queue-policy study's seconds per configuration and load (0: not run): one fixed span, since
-    # the wait it looks for comes every few seconds at most.
-    queue_policy_s: float = 12.0
-    # Models of the user's spec measured as families (``study_spec.spec_families``).
-    spec_families: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queue_policy_s: float = 12.0  # the queue-policy study's span per configuration and load (0: not run)
+    spec_families: dict[str, dict[str, Any]] = field(default_factory=dict)  # models of --spec, as families
 
     @property
     def family_table(self) -> dict[str, dict[str, Any]]:
@@ -82,14 +77,6 @@ class Profile:
                 self, "concurrencies", tuple(sorted({*self.concurrencies, self.goal_concurrency}))
             )
 
-    def target(
-        self, server: TritonServer, spec: ModelSpec, collect: int = 1, rows: int | None = None
-    ) -> Target:
-        """``spec``'s model called as this profile says (``rows``: default the largest raw batch)."""
-        url = server.grpc_url if self.protocol == "grpc" else server.http_url
-        rows = max(collect, rows or max(self.raw_batch_sizes))
-        return target_from_spec(spec, url, self.protocol, collect, self.shared_memory, self.seed, rows)
-
 
 def _known(what: str, names: tuple[str, ...], known: Collection[str]) -> None:
     unknown = [n for n in names if n not in known]
@@ -97,7 +84,6 @@ def _known(what: str, names: tuple[str, ...], known: Collection[str]) -> None:
         raise OptionError(f"unknown {what}: {', '.join(unknown)}; choose from {', '.join(known)}")
 
 
-QUICK_PIPELINES = ("recommender_pipeline", "image_classifier_pipeline", "image_classifier_pipeline_fp16")
 PROFILES: dict[str, Profile] = {
     "default": Profile(
         "default", settings=MeasureSettings(warmup_s=1.0, window_s=1.25, stable_windows=3, max_windows=5)
@@ -109,15 +95,14 @@ PROFILES: dict[str, Profile] = {
         settings=MeasureSettings(warmup_s=0.5, window_s=0.75, stable_windows=3, max_windows=3),
         raw_batch_sizes=(1, 4, 16, 32),
         raw_seconds=0.25,
-        pipelines=QUICK_PIPELINES,
+        pipelines=("recommender_pipeline", "image_classifier_pipeline", "image_classifier_pipeline_fp16"),
         live_updates=10,
         text_modes=("none", "buckets", "longest"),
         text_corpus=256,
         text_reference_texts=64,
         queue_policy_s=6.0,
     ),
-    # What the integration test runs: seconds, not minutes; the numbers are not meant to be stable (an
-    # open loop's windows are sized for a p99 of 20 requests, not 100: 1.5 s at 26/s, not 5.4).
+    # What the integration test runs: seconds, not minutes (windows sized for a p99 of 20 requests, not 100)
     "smoke": Profile(
         "smoke",
         families=("recommender",),

@@ -1,6 +1,5 @@
-"""The queue-policy study: on Triton 2.51 any queue policy can leave requests waiting out the batcher's
-500 ms sleep unless the model has spare instances (docs/SERVING.md, row 11); measured with and without
-the policy, on one instance and on ``SPARE_INSTANCES`` (docs/PERF.md)."""
+"""The queue-policy study: on Triton 2.51 a queue policy can leave requests waiting out the batcher's 500 ms
+sleep unless spare instances wait (docs/SERVING.md, row 11); with and without, on 1 and SPARE_INSTANCES."""
 
 from __future__ import annotations
 
@@ -26,8 +25,6 @@ from perf.studies.study_spec import dynamic, family_entry
 FAMILY = "recommender"
 DELAY_US = 1_000
 POLICY = {"max_queue_size": 256}
-# the exporter's rule (measured here on `trivial`: 2 instances still waited up to 244 ms, 3 up to
-# 134 ms, 4 up to 53 ms)
 SPARE_INSTANCES = QUEUE_POLICY_SPARE_INSTANCES
 STALL_MS = 400.0  # the batcher's sleep is 500 ms; nothing else here takes 400 ms
 

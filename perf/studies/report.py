@@ -1,6 +1,5 @@
-"""The batching study on the framework and its report folder; the console gets each model's modes under
-the same arrivals (the report is too long to print). Imported only when the study runs: it loads
-matplotlib."""
+"""The batching study on the framework and its report folder (the console gets summary tables: the report
+is too long to print). Imported only when the study runs: it loads matplotlib."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ from perf.studies.study_spec import MODES, study_entries
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"
 BATCHING_PAYS = 0.25  # Δt below this share of T: a batch costs little more than one request
-# A closed-loop run "waited out its delay" when its delay is at least this long and its formed batch
-# holds nearly every request in flight (this share of them).
+# A closed-loop run "waited out its delay": a delay this long, and a batch of nearly all in flight.
 DELAY_BOUND_MS, DELAY_BOUND_FILL = 2.0, 0.9
 
 
@@ -45,8 +43,7 @@ def mode_table(rows: list[analysis.Row]) -> str:
             *(ratio(r.ratios.get(k, float("nan"))) for k in ("throughput", "p50_ms", "p90_ms", "p99_ms")),
             *[padding_cell(r)] * padded, ", ".join(notes),
         ])  # fmt: skip
-    note = PADDING_NOTE if padded else ""
-    return table(header, body) + note
+    return table(header, body) + (PADDING_NOTE if padded else "")
 
 
 PADDING_NOTE = (
@@ -74,12 +71,9 @@ def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
          number(analysis.raw_at(raw.raw, max(r.mean_batch, 1), "cpu_s_per_1000"), 3) if raw.raw else "–"]
         for r in rows
     ]  # fmt: skip
-    return table(header, body) + OUTSIDE_SERVER_NOTE
-
-
-OUTSIDE_SERVER_NOTE = (
-    "\n_outside server ms: the client's mean latency minus the server's queue and compute per request._\n"
-)
+    return table(header, body) + (
+        "\n_outside server ms: the client's mean latency minus the server's queue and compute per request._\n"
+    )
 
 
 def article_section(family: FamilyResult) -> str:
@@ -174,7 +168,7 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
 
 def overhead_section(family: FamilyResult) -> str:
     """Serving's cost per execution at each raw batch size the server formed."""
-    sizes = analysis.at_raw_sizes(analysis.served_batches(family), family.raw, analysis.MIN_EXECUTIONS)
+    sizes = analysis.at_raw_sizes(analysis.served_batches(family), family.raw)
     note = (
         "\n\n_overhead ms / execution: the server's compute per execution (`batch_stats`: input + infer + "
         "output) minus raw onnxruntime's time for the same batch sizes (interpolated between the raw "
@@ -404,12 +398,7 @@ def write_raw(result: StudyResult, folder: Path) -> None:
         shutil.copy2(result.server_log, folder / "server.log")
 
 
-SUMMARY_HEADER = ("mode", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent", "QPS ×none",
-                  "p99 ×none")  # fmt: skip
-
-
 class BatchingStudy:
-    # The report folder's main report: report.md, its figures in figures.json (docs/PERF.md).
     name = "report"
     title = "batching study (every batching mode of each model under the same load)"
     serves_spec = False  # models of --spec (--models) are read into the profile before anything runs
@@ -423,6 +412,10 @@ class BatchingStudy:
         result = StudyRunner(context).run()
         path = write_report(result, context.folder)
         return StudyReport(self.name, self.title, path, analysis.all_goals(result), summary_tables(result))
+
+
+SUMMARY_HEADER = ("mode", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent", "QPS ×none",
+                  "p99 ×none")  # fmt: skip
 
 
 def summary_tables(result: StudyResult) -> tuple[SummaryTable, ...]:

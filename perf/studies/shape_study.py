@@ -59,9 +59,8 @@ class ShapeStudy:
     serves_spec = False
 
     def steps(self, profile: Profile) -> int:
-        families = shaped_families(profile)
         # building, starting the server, the one-length run, one run or one refusal a way, padding cost
-        return sum(4 + len(bucket_ways(_model(profile, f), profile.seed)) for f in families)
+        return sum(4 + len(bucket_ways(_model(profile, f), profile.seed)) for f in shaped_families(profile))
 
     def run(self, context: StudyContext) -> StudyReport:
         profile = context.profile
@@ -88,7 +87,7 @@ class ShapeStudy:
             context.progress(f"{model.name}, {name}: not measured (padding changes the answer)")
         context.progress("starting tritonserver")
         with context.server(repository, f"{model.name}-server.log") as server:
-            url = server.grpc_url if profile.protocol == "grpc" else server.http_url
+            url = context.url(server)
 
             def send(buckets: tuple[int, ...] | None) -> Target:
                 return target_from_spec(model, url, profile.protocol, seed=profile.seed, rows=MAX_BATCH,

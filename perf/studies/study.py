@@ -1,6 +1,5 @@
-"""The batching study's run, all on one server so that ratios compare like with like: the harness
-ceiling, then per family a closed-loop sweep of every mode, the same Poisson arrivals for every mode,
-and the raw backend (docs/PERF.md, "Order of work")."""
+"""The batching study's run, all on one server so that ratios compare like with like (docs/PERF.md,
+"Order of work")."""
 
 from __future__ import annotations
 
@@ -88,7 +87,8 @@ class StudyRunner:
         self.collect = {model_name(f, m): MODES[m].collect for f in profile.families for m in profile.modes}
 
     def target(self, server: TritonServer, model: str) -> Target:
-        return self.profile.target(server, self.spec.model(model), self.collect.get(model, 1))
+        rows = max(self.profile.raw_batch_sizes)  # the raw reference sends these inputs too
+        return self.context.target(server, self.spec.model(model), "", self.collect.get(model, 1), rows)
 
     def _measure(
         self, server: TritonServer, model: str, load: Load, label: str = "", engine: LoadEngine | None = None
@@ -137,8 +137,7 @@ class StudyRunner:
 
     def _run_family(self, server: TritonServer, family: str) -> FamilyResult:
         out = FamilyResult(family)
-        # Concurrency-major, modes interleaved: the runs compared in a ratio are minutes apart at most,
-        # so drift in what else the shared machine is doing hits all modes alike.
+        # Concurrency-major, modes interleaved: drift on the shared machine hits all modes alike.
         plan = sorted(
             ((load.concurrency, index, mode, load)
              for index, mode in enumerate(self.profile.modes) for load in sweep_loads(self.profile, mode)),

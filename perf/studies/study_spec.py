@@ -31,15 +31,12 @@ class Mode:
 
     @property
     def max_queue_delay_ms(self) -> float | None:
-        if self.batching["mode"] != "dynamic":
-            return None
-        return self.batching["max_queue_delay_us"] / 1000
+        return self.batching["max_queue_delay_us"] / 1000 if self.batching["mode"] == "dynamic" else None
 
 
 def dynamic(delay_us: int, queue: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Dynamic batching with this delay; ``queue`` is a ``default_queue_policy``. The batching study's
-    modes have none: on Triton 2.51 a policy makes single-instance requests wait ~500 ms now and then
-    (the queue-policy study), so the client bounds the queue instead."""
+    """Dynamic batching with this delay; ``queue``: a ``default_queue_policy`` (the batching study's modes
+    have none: on Triton 2.51 it stalls one instance ~500 ms now and then; the client bounds the queue)."""
     return {"mode": "dynamic", "max_queue_delay_us": delay_us, **({"queue": queue} if queue else {})}
 
 
@@ -84,8 +81,7 @@ def spec_families(spec_path: Path, names: Iterable[str]) -> dict[str, dict[str, 
     except SpecError as error:
         raise OptionError(f"--spec {spec_path}: {error}") from error
     have = [m.name for m in spec.models]
-    unknown = [name for name in names if name not in have]
-    if unknown:
+    if unknown := [name for name in names if name not in have]:
         raise OptionError(
             f"unknown models (--models): {', '.join(unknown)}; neither zoo families ({', '.join(FAMILIES)}) "
             f"nor models of --spec {spec_path} ({', '.join(have)})"
@@ -95,8 +91,7 @@ def spec_families(spec_path: Path, names: Iterable[str]) -> dict[str, dict[str, 
     except SpecError as error:
         raise OptionError(f"--models from --spec {spec_path}: {error}") from error
     return {
-        name: {key: value for key, value in to_data(model).items() if key in GRAPH_FIELDS}
-        for name, model in models.items()
+        name: {k: v for k, v in to_data(model).items() if k in GRAPH_FIELDS} for name, model in models.items()
     }
 
 
@@ -143,8 +138,7 @@ def study_spec(
     return parse_spec({"models": study_entries(families, modes, seed, table)})
 
 
-# The pipeline study: each pipeline against a model; ``VARIANTS`` are study-only pipelines built beside
-# the spec's.
+# The pipeline study: each pipeline against a model; ``VARIANTS``: study-only pipelines beside the spec's.
 @dataclass(frozen=True)
 class Comparison:
     """A pipeline measured against ``model``; ``boundaries`` = stages − 1."""
@@ -180,8 +174,7 @@ COMPARISONS: dict[str, Comparison] = {
 LIVE_PIPELINE = "recommender_pipeline"  # the one whose parameters the live phase updates while serving
 
 
-# The text-embedding study: one encoder file served as an ensemble per batching mode (docs/TEXT.md);
-# ``INT8`` is ``buckets`` with the int8 encoder.
+# The text study: one encoder file served per batching mode; ``INT8``: ``buckets`` with the int8 encoder.
 @dataclass(frozen=True)
 class TextMode:
     name: str

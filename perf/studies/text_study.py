@@ -37,6 +37,7 @@ SHARE_FRACTION = 0.3  # short-query rate in the sharing phase / the bucketed mod
 PASSAGES_IN_FLIGHT = 2  # long passages kept in flight while short queries are measured
 METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")  # a Prometheus sample with labels
 LATENCY_BATCHES = (1, 4, 16)  # batch sizes of the latency model per padded length (and raw references)
+SHARING = ("queries alone", "queries shared", "passages")  # the sharing phase's streams
 
 # the corpus's vocabulary, the commonest English words first: data, one word a line
 WORDS = Path(__file__).with_name("corpus_words.txt").read_text().split()
@@ -60,8 +61,7 @@ def make_corpus(size: int, seed: int = 0) -> list[CorpusText]:
     corpus = []
     for kind in rng.choice(list(KINDS), size=size, p=shares / shares.sum()):
         low, high = KINDS[kind][1:]
-        words = rng.choice(WORDS, size=int(rng.integers(low, high + 1)))
-        text = " ".join(words)
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(low, high + 1))))
         corpus.append(CorpusText(text[0].upper() + text[1:] + ("?" if kind == "query" else "."), str(kind)))
     return corpus
 
@@ -110,7 +110,7 @@ def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch
 
 
 def bucket_latency(
-    onnx_path: str, lengths: Sequence[int], batches: Sequence[int], seconds: float = 0.2
+    onnx_path: str, lengths: Sequence[int], batches: Sequence[int]
 ) -> dict[int, dict[int, float]]:
     """``{padded length: {batch: median ms}}`` in-process, timed as ``measure_raw`` times."""
     rng = np.random.default_rng(0)
@@ -119,7 +119,7 @@ def bucket_latency(
         shape = (max(batches), length)
         ids = rng.integers(1000, 20000, size=shape, dtype=np.int64)
         pool = {"input_ids": ids, "attention_mask": np.ones(shape, dtype=np.int64)}
-        points = measure_raw(Path(onnx_path), pool, batches, seconds=seconds, repeats=3)
+        points = measure_raw(Path(onnx_path), pool, batches, seconds=0.2, repeats=3)
         latency[length] = {point.batch: point.batch_ms for point in points}
     return latency
 
@@ -196,9 +196,9 @@ def padding_waste(before: dict[str, float], after: dict[str, float]) -> float:
 
 
 def _target(context: StudyContext, server: TritonServer, model: str, corpus: list[CorpusText]) -> Target:
-    url = server.grpc_url if context.profile.protocol == "grpc" else server.http_url
     inputs = {"text": text_array([c.text for c in corpus])}
-    return Target(model, url, inputs, {"embedding": EMBEDDING_BYTES}, context.profile.protocol, cycle=True)
+    outputs = {"embedding": EMBEDDING_BYTES}
+    return Target(model, context.url(server), inputs, outputs, context.profile.protocol, cycle=True)
 
 
 def measure_mode(
@@ -221,8 +221,7 @@ def measure_sharing(
     """Short queries (open loop) while long passages keep the same server busy (closed loop)."""
     spec, settings = mode.spec(), context.profile.settings
     context.progress(f"{spec.name}: short queries with long passages sharing")
-    queries_target = _target(context, server, spec.name, queries)
-    passages_target = _target(context, server, spec.name, passages)
+    queries_target, passages_target = (_target(context, server, spec.name, t) for t in (queries, passages))
 
     async def both() -> list[Measurement]:
         return await asyncio.gather(
@@ -376,8 +375,7 @@ def _batching_limits(result: TextResult, dyn: Point) -> str:
 
 
 def sharing(result: TextResult) -> Goal:
-    alone = next((p for p in result.points if p.load == "queries alone"), None)
-    shared = next((p for p in result.points if p.load == "queries shared"), None)
+    alone, shared = (next((p for p in result.points if p.load == load), None) for load in SHARING[:2])
     if not alone or not shared:
         return GOALS["text short-query p99 shared"].outcome()
     p99, base = shared.summary.p99_ms, alone.summary.p99_ms
@@ -445,11 +443,10 @@ def report_lines(result: TextResult) -> list[str]:
         ("open mixed", f"Open loop at {result.rate:.1f}/s (same arrivals for every mode), mixed corpus"),
     ):
         lines += section(title, table(HEADER, _rows(result, load)))
-    streams = [p for p in result.points if p.load in ("queries alone", "queries shared", "passages")]
-    sharing_rows = [[p.load, *p.speed_cells(), f"{p.failed}/{p.sent}"] for p in streams]
+    streams = [[p.load, *p.speed_cells(), f"{p.failed}/{p.sent}"] for p in result.points if p.load in SHARING]
     lines += section(
         "Short queries alone, and with long passages sharing the server (dynamic + buckets)",
-        table(["stream", "sentences/s", "p50 ms", "p99 ms", "failed/sent"], sharing_rows),
+        table(["stream", "sentences/s", "p50 ms", "p99 ms", "failed/sent"], streams),
     )
     refs = [
         [f"raw onnxruntime in-process ({label})", number(v[1]), ratio(v[2])]

@@ -190,7 +190,7 @@ class FakeStudy:
 
 
 def test_every_study_runs_through_one_loop(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """In catalog order; a study the profile does not ask for is skipped; a study with summary tables
+    """In order; a study the profile does not ask for is skipped; a study with summary tables
     shows them and its goals, another its whole report."""
     table = SummaryTable("first: every mode", ("mode", "QPS"), (("none", "12"),))
     ran = [FakeStudy("first", 2, (table,)), FakeStudy("skipped", 0), FakeStudy("last", 1)]

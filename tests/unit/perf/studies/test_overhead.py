@@ -57,5 +57,5 @@ def test_what_cannot_be_measured_says_why_and_shows_no_number(batches, raw, reas
 
 def test_per_batch_figures_only_at_raw_sizes_seen_often_enough() -> None:
     batches = {1: _bucket(50, 1.0), 3: _bucket(50, 1.5), 16: _bucket(4, 4.0)}
-    (only,) = at_raw_sizes(batches, RAW, min_executions=5)  # 3 was not timed raw, 16 seen 4 times
+    (only,) = at_raw_sizes(batches, RAW)  # 3 was not timed raw, 16 seen 4 times (5: MIN_EXECUTIONS)
     assert only.batch == 1 and only.executions == 50 and only.ms == pytest.approx(0.5)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
-from perf.studies.catalog import studies
+from perf.cli import studies
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.report import BatchingStudy
