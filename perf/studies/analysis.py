@@ -420,8 +420,9 @@ def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
     short = [e for e in effs if not goal.met(e.ratio)]
     if met and short:
         below = ", ".join(f"{e.mode} {ratio(e.ratio)}" for e in short)
+        met_by = ", ".join(e.mode for e in effs if goal.met(e.ratio))
         limits = (
-            f"met by {best.mode} only; below {goal.limit:g}×: {below}: per-request overhead (client, gRPC, "
+            f"met by {met_by} only; below {goal.limit:g}×: {below}: per-request overhead (client, gRPC, "
             "Python-backend IPC) weighs on small batches, and a batcher that waits out its delay idles"
         )
     return goal.outcome(text, met, limits)

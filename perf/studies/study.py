@@ -112,7 +112,10 @@ class StudyRunner:
         return result
 
     def _cross_check(self, server: TritonServer, result: StudyResult) -> None:
-        binary = self.tools.perf_analyzer() if self.profile.perf_analyzer else None
+        if not self.profile.perf_analyzer:
+            result.analyzer_note = "Off in this profile."
+            return
+        binary = self.tools.perf_analyzer()
         if binary is None:
             result.analyzer_note = (
                 f"perf_analyzer is not installed here (glibc {glibc_version()}; its PyPI build needs 2.38); "

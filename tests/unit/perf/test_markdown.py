@@ -216,3 +216,12 @@ def test_a_gain_check_with_no_answered_request_is_not_measured_not_missed(result
     _, gain = analysis.latency_model(result, _closed_family(True, False, dyn1ms_requests=900))
     assert "dyn1ms: predicted 3.38× vs measured 4.00× (-16%)" in gain.measured
     assert gain.met is False and gain.limits == analysis.OVERHEAD_NOTE
+
+
+def test_served_vs_raw_names_every_mode_that_met_it(result: StudyResult) -> None:
+    """Raw onnxruntime gives 80 inferences/s at every batch: none (90/s) and dyn1ms (306/s) meet the
+    goal, dyn10ms (36/s) does not, and the limits name both that met, not only the best."""
+    family = _closed_family(none_answered=True, dyn10ms_answered=True)
+    family.raw = [RawPoint(1, 1.0, 80.0, 0.1), RawPoint(16, 4.0, 80.0, 0.5)]
+    goal = analysis.served_vs_raw(result, family)
+    assert goal.met is True and goal.limits.startswith("met by none, dyn1ms only; below 0.9×: dyn10ms 0.45×")

@@ -31,6 +31,17 @@ def test_a_failed_cross_check_keeps_the_study(tmp_path: Path) -> None:
     assert result.cross_check == [] and "exited with status 1" in result.analyzer_note
 
 
+def test_a_profile_without_the_cross_check_says_so_and_never_looks_for_perf_analyzer(tmp_path: Path) -> None:
+    def never() -> None:
+        raise AssertionError("perf_analyzer looked for")
+
+    context = StudyContext(get_profile("smoke", perf_analyzer=False), tmp_path, tmp_path)
+    study = StudyRunner(context, tools=StudyTools(perf_analyzer=never))
+    result = StudyResult(study.profile, study.repository, started=None)
+    study._cross_check(SERVER, result)
+    assert result.cross_check == [] and result.analyzer_note == "Off in this profile."
+
+
 def test_zero_capacity_skips_the_open_loop_with_a_note(tmp_path: Path) -> None:
     nothing = types.SimpleNamespace(
         summary=lambda: types.SimpleNamespace(throughput=0.0, p99_ms=0.0, failed=9), records=[]
