@@ -172,11 +172,14 @@ class PipelineStudy:
         return rows, live
 
 
-def _send_updates(url: str, admin_key: str, repository: Path, spec: Spec, count: int, live: Live) -> None:
+def _send_updates(
+    url: str, admin_key: str, repository: Path, spec: Spec, count: int, live: Live, timeout_s: float
+) -> None:
     pipeline = spec.pipeline(LIVE_PIPELINE)
     model_spec = spec.model(pipeline.model)
     embedding, dense = pipeline.stage_names
-    with httpclient.InferenceServerClient(url) as client:
+    # the dense version loads as a server start's models do: a loaded host may take minutes, not 60 s
+    with httpclient.InferenceServerClient(url, network_timeout=timeout_s) as client:
         try:
             rng = np.random.default_rng(0)
             model = build_torch_model(model_spec)
@@ -201,12 +204,13 @@ def _measure_live(
     model = COMPARISONS[LIVE_PIPELINE].model
     live = Live()
     args = (server.http_url, server.admin_key, repository, spec, context.profile.live_updates, live)
-    updater = threading.Thread(target=_send_updates, args=args, daemon=True)
+    timeout_s = server.options.startup_timeout_s
+    updater = threading.Thread(target=_send_updates, args=args, kwargs={"timeout_s": timeout_s}, daemon=True)
     target = context.target(server, spec.model(model), served_as=LIVE_PIPELINE)
     load = fixed_load(context, model, capacity[model], seed_offset=2)
     updater.start()
     measurement = context.measure(server, target, load, f"{LIVE_PIPELINE} during live updates")
-    updater.join(timeout=120)
+    updater.join(timeout=timeout_s)
     shed = sum(r.shed for r in measurement.measured_records())
     return replace(live, figures=measurement.summary(), shed=shed)  # a copy: a running updater counts on
 
