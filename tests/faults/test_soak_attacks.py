@@ -57,6 +57,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,10 +123,20 @@ class TritonAlone:
     metrics_url: str
 
 
-def _soak(server: TritonServer | TritonAlone, models: list[str], stub_models: list[str]) -> Soak:
-    """What ``python -m soak`` hands each fault, around ``server`` with an empty report."""
-    client = httpclient.InferenceServerClient(server.http_url)
-    return Soak(server, client, random.Random(0), SoakReport(duration_s=0.0), models, stub_models)
+@pytest.fixture()
+def new_soak() -> Iterator[Callable[[TritonServer | TritonAlone, list[str], list[str]], Soak]]:
+    """What ``python -m soak`` hands each fault, around a server with an empty report; its HTTP client
+    closed when the test ends (left to the collector, it closes in whichever thread and warns)."""
+    made: list[Soak] = []
+
+    def soak(server: TritonServer | TritonAlone, models: list[str], stub_models: list[str]) -> Soak:
+        client = httpclient.InferenceServerClient(server.http_url)
+        made.append(Soak(server, client, random.Random(0), SoakReport(duration_s=0.0), models, stub_models))
+        return made[-1]
+
+    yield soak
+    for each in made:
+        each.client.close()
 
 
 def _run(fault: str, soak: Soak) -> None:
@@ -141,8 +152,10 @@ def _run(fault: str, soak: Soak) -> None:
 
 
 @pytest.mark.parametrize("fault", sorted(ANSWERED))
-def test_each_answered_fault_gets_its_answer(fault_server: TritonServer, good_traffic, fault: str) -> None:
-    soak = _soak(fault_server, ["trivial", "recommender", PIPELINE], [])
+def test_each_answered_fault_gets_its_answer(
+    fault_server: TritonServer, good_traffic, new_soak, fault: str
+) -> None:
+    soak = new_soak(fault_server, ["trivial", "recommender", PIPELINE], [])
     # several faults run trivial themselves: the server's count includes them
     with good_traffic(server_count=False):
         _run(fault, soak)
@@ -169,13 +182,13 @@ def _still_open(client: grpcclient.InferenceServerClient) -> bool:
 
 
 @pytest.mark.parametrize("fault", OPENING_CLIENTS)
-def test_a_fault_closes_the_clients_it_opens(fault_server: TritonServer, fault: str) -> None:
+def test_a_fault_closes_the_clients_it_opens(fault_server: TritonServer, new_soak, fault: str) -> None:
     """A soak runs each fault again and again in one process: every gRPC client a run opens must be
     closed when it returns. Left to the garbage collector, a caught error's reference cycle keeps it
     open until the next collection, so the collector is off while the fault runs (as between two
     collections), and no client the runs opened may still be open after them. The process's file
     descriptors would not tell: gRPC shares one connection per address among all its channels."""
-    soak = _soak(fault_server, ["trivial", "recommender", PIPELINE], [])
+    soak = new_soak(fault_server, ["trivial", "recommender", PIPELINE], [])
     held_before = _grpc_clients()
     gc.disable()
     try:
@@ -189,11 +202,11 @@ def test_a_fault_closes_the_clients_it_opens(fault_server: TritonServer, fault: 
 
 
 @pytest.mark.parametrize("fault", JUDGING_AN_ANSWER)
-def test_each_verdict_refuses_a_wrong_answer(fault_server: TritonServer, fault: str) -> None:
+def test_each_verdict_refuses_a_wrong_answer(fault_server: TritonServer, new_soak, fault: str) -> None:
     alone = TritonAlone(
         fault_server.triton_http_url, fault_server.triton_grpc_url, fault_server.pid, fault_server.metrics_url
     )
-    soak = _soak(alone, ["trivial", "recommender", PIPELINE], [])
+    soak = new_soak(alone, ["trivial", "recommender", PIPELINE], [])
     _run(fault, soak)
     checks = {what: (check.right, check.injected) for what, check in soak.report.checks.items()}
     assert checks, f"{fault} recorded no check: it found nothing to attack"
@@ -319,7 +332,7 @@ def _serves(server: TritonServer) -> bool:
 
 
 def test_the_soaks_kill_of_tritonserver_is_its_own_and_recovered(
-    spec_data: dict[str, Any], tmp_path: Path
+    spec_data: dict[str, Any], tmp_path: Path, new_soak
 ) -> None:
     """``kill-server`` as ``python -m soak`` runs it: a supervised server with both fronts is killed with
     ``kill -9``; the fault waits until the supervisor serves again. Every model's outage then ends
@@ -335,7 +348,7 @@ def test_the_soaks_kill_of_tritonserver_is_its_own_and_recovered(
     supervising = threading.Thread(target=supervisor.run, daemon=True)
     supervising.start()
     try:
-        soak = _soak(server, ["trivial"], [])
+        soak = new_soak(server, ["trivial"], [])
         soak.supervisor = supervisor
         killed, fronts = server.pid, [front.pid for front in server.fronts]
         stubs = soak.stub_pids()
