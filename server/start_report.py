@@ -71,7 +71,8 @@ def still_loading(server_pid: int | None, log_lines: Iterable[str]) -> tuple[str
     if not models:
         return "", False
     stubs = server_stubs(server_pid) if server_pid is not None else []
-    lines, unserved = [], False
+    lines = []
+    unserved = False
     for model in models:
         own = [
             f"stub pid {stub.pid} ({stub.instance}) alive, state {stub.state}{_times(stub.pid)}"

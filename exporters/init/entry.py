@@ -52,7 +52,8 @@ def _huggingface_tensors(location: str, max_length: int | None, precision: str) 
     from exporters.sources.huggingface import describe, model_folder
 
     facts = describe(model_folder(location, f"--huggingface {location}"))
-    longest, hidden = max_length or facts["max_length"], facts["hidden_size"]
+    longest = max_length or facts["max_length"]
+    hidden = facts["hidden_size"]
     ids = {"dtype": "int64", "shape": (-1,), "max_shape": (longest,)}
     states = TensorSpec("last_hidden_state", served_float(precision), (-1, hidden), (longest, hidden))
     return {
@@ -291,7 +292,8 @@ def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSp
     if not failed:
         return spec, ""
     first = max(failed)  # the failure nearest the bound: the one the warm-up would meet
-    why, shapes = failed[first], shapes_text(feed(first))
+    why = failed[first]
+    shapes = shapes_text(feed(first))
     for stride in STRIDES:
         top = bound // stride * stride
         if top < stride:

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from exporters.repository import build_repository
@@ -20,6 +20,7 @@ from perf.markdown import number, report_folder, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace
+from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
@@ -150,45 +151,50 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
 
 @contextlib.contextmanager
 def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Iterator[None]:
-    """On a ``PerfError`` (the verdict that nothing meets included) write ``partial.md`` (the error and
-    every run before it, so minutes of measuring survive a failure), then re-raise."""
+    """On a ``PerfError`` (the verdict that nothing meets included) write ``partial.md``, then re-raise."""
     try:
         yield
     except PerfError as error:
-        if isinstance(error, NothingMeetsError):  # a verdict, not a failure: still no answer to use
+        if isinstance(error, NothingMeetsError):
             log.info("%s: %s. %s", title, error, error.detail)
-            head = [
-                f"# {title}: no answer",
-                "",
-                f"**{error.verdict}**.",
-                *(["", error.detail] if error.detail else []),
-                "",
-                "Nothing below is an answer: no `spec.tuned.yaml` was written.",
-            ]
         else:
             log.exception("%s failed", title)
-            head = [f"# {title}: stopped before the pick", "", f"**{type(error).__name__}**: {error}"]
-        runs = session.runs
-        rows = [
-            [
-                run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
-                number(run.p99_ms), number(run.stats.mean_batch),
-                number(run.windows[0][1] - run.windows[0][0]) if run.windows else "–",
-            ]
-            for run in runs
-        ]  # fmt: skip
-        header = ["run", "offered /s", "served /s", "p99 ms", "mean batch", "window s"]
-        lines = [
-            *head,
-            "",
-            f"{len(runs)} runs were measured before it:" if runs else "No run was measured before it.",
-            "",
-            table(header, rows) if rows else "",
-            "",
-            "`tune.log` in this folder has every step; `perf_analyzer.log` (if present) each of its runs.",
-        ]
-        (folder / "partial.md").write_text("\n".join(lines) + "\n")
+        write_partial(folder, title, error, session.runs)
         raise
+
+
+def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
+    """``partial.md``: ``error`` and the runs before it, so minutes of measuring survive a failure."""
+    rows = [
+        [
+            run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
+            number(run.p99_ms), number(run.stats.mean_batch), number(run.windows[0][1] - run.windows[0][0])
+            if run.windows else "–",
+        ]
+        for run in runs
+    ]  # fmt: skip
+    header = ["run", "offered /s", "served /s", "p99 ms", "mean batch", "window s"]
+    if isinstance(error, NothingMeetsError):  # a verdict, not a failure: still no answer to use
+        head = [
+            f"# {title}: no answer",
+            "",
+            f"**{error.verdict}**.",
+            *(["", error.detail] if error.detail else []),
+            "",
+            "Nothing below is an answer: no `spec.tuned.yaml` was written.",
+        ]
+    else:
+        head = [f"# {title}: stopped before the pick", "", f"**{type(error).__name__}**: {error}"]
+    lines = [
+        *head,
+        "",
+        f"{len(runs)} runs were measured before it:" if runs else "No run was measured before it.",
+        "",
+        table(header, rows) if rows else "",
+        "",
+        "`tune.log` in this folder has every step; `perf_analyzer.log` (if present) each of its runs.",
+    ]
+    (folder / "partial.md").write_text("\n".join(lines) + "\n")
 
 
 def measure_and_pick(
@@ -206,7 +212,8 @@ def measure_and_pick(
         console.print(f"  {text}")
 
     started = time.perf_counter()
-    windows, keep = run_windows(setup.windows, args), args.keep_queue_policy
+    windows = run_windows(setup.windows, args)
+    keep = args.keep_queue_policy
     session = setup.session(
         spec, args.model, grid.largest_batch, setup.workdir, engine, windows, keep_queue=keep
     )
@@ -234,7 +241,8 @@ def measure_and_pick(
 
 def print_summary(saved: TuneDocument, report: Path, console) -> None:
     """The answer in two lines: the measured rate first, the prediction only labelled as one."""
-    noise, measured = saved.noise, saved.operating.measured
+    noise = saved.noise
+    measured = saved.operating.measured
     held = " (holds the host's noise)" if measured and measured.host_noise else ""
     p99 = number(measured.p99_ms) if measured else "–"
     console.print(
