@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from perf.model.links import HOST, Link, Transfer
 from perf.model.memory import HEADROOM, MIB, context_bytes
+from perf.plan.chains import GREEDY_NOTE, Chains, fastest_chains
 from perf.plan.graph_memory import Table, host_memory_bytes
 from perf.plan.strategy import StageCost, Strategy
 from perf.plan.topology import Topology
@@ -61,24 +62,14 @@ def _within_headroom(topology: Topology, planned: dict[int, int]) -> dict[int, i
     return planned
 
 
-def _chains(topology: Topology, stages: int, replicas: int) -> list[tuple[int, ...]]:
+def _chains(topology: Topology, stages: int, replicas: int) -> Chains:
     """``replicas`` disjoint chains of ``stages`` GPUs whose slowest boundary is the fastest possible
-    (then the most total bandwidth, then the lowest GPU indices)."""
+    (then the most total bandwidth, then the lowest GPU indices): ``perf.plan.chains`` says how."""
     gpus = topology.indices
     if replicas * stages > len(gpus):
         raise PlacementError(f"needs {replicas * stages} GPUs, the machine has {len(gpus)}")
-
-    def chains(order: tuple[int, ...]) -> list[tuple[int, ...]]:
-        return [order[k : k + stages] for k in range(0, len(order), stages)]
-
-    def key(order: tuple[int, ...]) -> tuple:
-        every = [topology.link(a, b) for chain in chains(order) for a, b in itertools.pairwise(chain)]
-        slowest = min((link.gbs for link in every), default=float("inf"))
-        return (slowest, sum(link.gbs for link in every), [-g for g in order])
-
-    # each set of chains once: their first GPUs in increasing order
-    orders = itertools.permutations(gpus, replicas * stages)
-    return chains(max((o for o in orders if list(o[::stages]) == sorted(o[::stages])), key=key))
+    speeds = tuple((a, b, topology.link(a, b).gbs) for a, b in itertools.permutations(gpus, 2))
+    return fastest_chains(speeds, gpus, stages, replicas)
 
 
 def _spread(topology: Topology, count: int) -> tuple[int, ...]:
@@ -112,7 +103,8 @@ def place(
         assignment = Assignment(costs[0].name, 0, 0, gpus, strategy.instances[0])
         routing = f"one model, its instances on GPUs {list(gpus)}: Triton's batcher feeds them all"
         return Placement((assignment,), planned, ((),), routing)
-    chains = _chains(topology, strategy.stages, strategy.replicas)
+    found = _chains(topology, strategy.stages, strategy.replicas)
+    chains = found.gpus
     planned: dict[int, int] = {}
     assignments = []
     for replica, chain in enumerate(chains):
@@ -128,6 +120,8 @@ def place(
         if strategy.replicas == 1
         else f"the client spreads requests over the ensembles {ensembles}"
     ) + ", each replica's stages pinned to their GPUs"
+    if not found.exact:
+        routing += f"; {GREEDY_NOTE}"
     return Placement(tuple(assignments), planned, links, routing)
 
 
