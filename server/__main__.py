@@ -304,13 +304,21 @@ def _log_end(state: dict) -> str:
         return ""
 
 
+def _record_shown(state: dict) -> str:
+    """The server's record as ``status`` prints it: the warm-up's statistics (a page per model, for
+    ``client stats`` to subtract) are one line saying which models they cover."""
+    shown = {key: value for key, value in state.items() if key != "warmup"}
+    warmed = ", ".join(sorted(state.get("warmup") or {})) or "none"
+    return f"{json.dumps(shown, indent=2)}\nwarm-up recorded (client stats subtracts it): {warmed}"
+
+
 def _status(args: argparse.Namespace) -> int:
     state = read_record(STATE)
     if not state:
         print("not running")
         return 1
     running = _runs(state["pid"], b"tritonserver")
-    print(json.dumps(state, indent=2))
+    print(_record_shown(state))
     if running:
         client = httpclient.InferenceServerClient(state["triton_http"])
         models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
