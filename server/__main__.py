@@ -322,11 +322,12 @@ def _status(args: argparse.Namespace) -> int:
     if running:
         client = httpclient.InferenceServerClient(state["triton_http"])
         models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
+        width = max((len(model["name"]) for model in models), default=0)  # the states in one column
         for model in models:
-            print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
+            print(f"  {model['name']:{width}} {model.get('state', '?'):10} {model.get('reason', '')}")
             served = client.get_model_config(model["name"]) if model.get("state") == "READY" else None
             if served and (drift := config_drift(Path(state["repository"]), model["name"], served)):
-                print(f"  {'':24} {drift}")
+                print(f"  {'':{width}} {drift}")
     elif _runs(state.get("supervisor_pid"), b"supervise"):
         print("tritonserver is down; the supervisor is restarting it")
     else:
