@@ -20,6 +20,8 @@ METRICS_PORT ?= 8002
 # make perf/tune/plan/soak: take every server's ports from this base (5 per server) instead of the OS's.
 PORT_BASE ?=
 PORT_ARGS = $(if $(PORT_BASE),--port-base $(PORT_BASE))
+# make tune/plan without MODEL= or P99_MS= stop here naming them, not python's --model or --p99-ms
+NEEDS_MODEL_AND_BUDGET = $(if $(and $(MODEL),$(P99_MS)),,$(error make $@ needs MODEL= and P99_MS= (e.g. make $@ MODEL=recommender P99_MS=10)))
 
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
@@ -99,9 +101,11 @@ perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and
 	$(BIN)/python -m perf analyzer
 
 tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS="--engine ours"]
+	$(NEEDS_MODEL_AND_BUDGET)
 	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(PORT_ARGS) $(TUNE_ARGS)
 
 plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=10 [TOPOLOGY=dgx1-v100] [ACCURACY=1e-3] [COMPUTE_PROFILE=gpu_check.json]
+	$(NEEDS_MODEL_AND_BUDGET)
 	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(if $(COMPUTE_PROFILE),--compute-profile $(COMPUTE_PROFILE)) $(PORT_ARGS) $(PLAN_ARGS)
 
 test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=3)

@@ -46,9 +46,11 @@ def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Referen
     pipeline = next((p for p in document.pipelines if p.name == model), None)
     names = [m.name for m in document.models] + [p.name for p in document.pipelines]
     if pipeline is None and model not in names:
+        servable = [*names, *(t.name for t in document.text_embeddings)]  # `infer` answers these too
         raise ClientError(
-            f"{spec_path} has no model or pipeline named {model!r} (it has {', '.join(names)}); pass --spec "
-            "with the spec the server's repository was built from (`make serve SPEC=…` records it for you)"
+            f"{spec_path} has no model, pipeline or text embedding named {model!r} (it has "
+            f"{', '.join(servable)}); pass --spec with the spec the server's repository was built from "
+            "(`make serve SPEC=…` records it for you)"
         )
     spec = document.model(pipeline.model if pipeline else model)
     precision = pipeline.boundary_dtype if pipeline and pipeline.boundary_dtype != "fp32" else spec.precision

@@ -304,21 +304,30 @@ def _log_end(state: dict) -> str:
         return ""
 
 
+def _record_shown(state: dict) -> str:
+    """The server's record as ``status`` prints it: the warm-up's statistics (a page per model, for
+    ``client stats`` to subtract) are one line saying which models they cover."""
+    shown = {key: value for key, value in state.items() if key != "warmup"}
+    warmed = ", ".join(sorted(state.get("warmup") or {})) or "none"
+    return f"{json.dumps(shown, indent=2)}\nwarm-up recorded (client stats subtracts it): {warmed}"
+
+
 def _status(args: argparse.Namespace) -> int:
     state = read_record(STATE)
     if not state:
         print("not running")
         return 1
     running = _runs(state["pid"], b"tritonserver")
-    print(json.dumps(state, indent=2))
+    print(_record_shown(state))
     if running:
         client = httpclient.InferenceServerClient(state["triton_http"])
         models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
+        width = max((len(model["name"]) for model in models), default=0)  # the states in one column
         for model in models:
-            print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
+            print(f"  {model['name']:{width}} {model.get('state', '?'):10} {model.get('reason', '')}")
             served = client.get_model_config(model["name"]) if model.get("state") == "READY" else None
             if served and (drift := config_drift(Path(state["repository"]), model["name"], served)):
-                print(f"  {'':24} {drift}")
+                print(f"  {'':{width}} {drift}")
     elif _runs(state.get("supervisor_pid"), b"supervise"):
         print("tritonserver is down; the supervisor is restarting it")
     else:

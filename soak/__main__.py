@@ -30,6 +30,7 @@ from soak.invariant_fuzz import rss_mib, run_for
 from soak.mixed_load import PIPELINE, MixedLoad
 from soak.report import SoakReport, account, close_by_restarts, own_restarts, record_exit
 
+log = logging.getLogger("soak")  # not __name__: run as ``python -m soak`` that is "__main__"
 LOAD_MODELS = ("trivial", "recommender", PIPELINE)
 HEAL_WAIT_S = 15  # let the last fault heal before the final drain
 ALL_FAULTS = {**FAULTS, **ATTACKS}
@@ -72,6 +73,7 @@ def run_soak(
         load.wait_for(20)
         # the three invariants under load and no fault (soak.invariant_fuzz): a fault is meant to move
         # the PIDs invariant (c) holds still
+        log.info("the invariant fuzz under load for %.0f s, then %.0f s of faults", fuzz_s, duration_s)
         report.invariants = run_for(server, fuzz_s, first_seed=seed) if fuzz_s > 0 else None
         report.rss_start_mib = rss_mib(server.pid or 0)
         report.server_pids.append(server.pid or 0)
@@ -83,9 +85,12 @@ def run_soak(
                 break
             if not pending:  # each kind once per round, in random order
                 pending = rng.sample(sorted(ALL_FAULTS), len(ALL_FAULTS))
-            ALL_FAULTS[pending.pop()](soak)
+            fault = pending.pop()
+            log.info("fault %s (%.0f s of faults left)", fault, end - time.monotonic())
+            ALL_FAULTS[fault](soak)
             if server.pid and server.pid != report.server_pids[-1]:
                 report.server_pids.append(server.pid)
+        log.info("faults done: %d s for the last to heal, then the drain under load", HEAL_WAIT_S)
         time.sleep(HEAL_WAIT_S)
         recover(soak)
         supervisor.release()

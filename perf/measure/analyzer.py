@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -25,6 +26,7 @@ from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
 from perf.measure.target import Target
 from perf.perf_analyzer_install import InstallError, installed_wrapper, probe, unavailable_reason
+from server.supervisor import death_cause
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,16 @@ def read_export(path: Path, target: Target, label: str) -> tuple[list[Record], l
     return records, list(itertools.pairwise(edges))
 
 
+def failure_message(returncode: int, output: str, label: str) -> str:
+    """Why a perf_analyzer run failed, for people: how it exited, then the end of what it printed (which
+    need not say: a process the kernel kills says nothing). This engine kills a run only past its
+    timeout, so a SIGKILL is someone else's, the out-of-memory killer's most likely."""
+    how = death_cause(returncode, "") if returncode else "no export written"
+    if returncode == -signal.SIGKILL:
+        how += " (not by this engine: the kernel's out-of-memory killer, most likely; dmesg names it)"
+    return f"perf_analyzer failed on {label}: {how}: {output[-600:].strip()}"
+
+
 class PerfAnalyzerEngine:
     """perf_analyzer as a ``LoadEngine``; each run's command line and output are appended to
     ``log_folder``/perf_analyzer.log, and every run adds the options ``extra``."""
@@ -173,9 +185,7 @@ class PerfAnalyzerEngine:
                 if returncode == 0 and (folder / "export.json").is_file():
                     break
                 if not (UNSTABLE in output or EMPTY_WINDOW in output) or longer > 1.0:
-                    raise StudyError(
-                        f"perf_analyzer failed on {label or target.model}: {output[-600:].strip()}"
-                    )
+                    raise StudyError(failure_message(returncode, output, label or target.model))
                 why = "disagreed" if UNSTABLE in output else "had one with no request answered"
                 log.info("%s: perf_analyzer's windows %s; once more, twice as long", label, why)
             figures = folder / "figures.csv"  # absent where an open loop's windows never agreed

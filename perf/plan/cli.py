@@ -222,8 +222,11 @@ def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -
         )
     try:
         recorded = read_compute_profile(Path(args.compute_profile))
-    except OptionError as error:
-        raise OptionError(f"--compute-profile {error}") from error
+    except OptionError as error:  # the file the README's example names is one only a GPU host writes
+        raise OptionError(
+            f"--compute-profile {error}; a compute profile is the figures JSON `make gpu-check` writes on "
+            "a GPU host (docs/GPU.md)"
+        ) from error
     recorded.of(model, f"--compute-profile {args.compute_profile}")
     return recorded
 

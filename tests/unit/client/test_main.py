@@ -31,10 +31,21 @@ def test_infer_without_spec_reads_the_spec_make_serve_recorded(
     (tmp_path / ".run" / "server.json").write_text(json.dumps(state))
     assert client_cli.main(["infer", "--model", "conv_gru"]) == 2
     error = capsys.readouterr().err
-    assert f"{own} has no model or pipeline named 'conv_gru' (it has only_this); pass --spec" in error
+    assert f"{own} has no model, pipeline or text embedding named 'conv_gru' (it has only_this)" in error
     (tmp_path / ".run" / "server.json").write_text(json.dumps({**state, "spec": None}))  # none recorded
     assert client_cli.main(["infer", "--model", "conv_gru"]) == 2
     assert "models.yaml" in capsys.readouterr().err
+
+
+def test_a_name_the_spec_lacks_is_answered_with_every_name_infer_takes_text_embeddings_included(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """``infer`` serves a spec's text embeddings as well as its models and pipelines, so the names it
+    offers for a typo are all three kinds."""
+    spec = Path(__file__).resolve().parents[3] / "models.yaml"
+    assert client_cli.main(["infer", "--model", "text_embeding", "--spec", str(spec)]) == 2
+    offered = capsys.readouterr().err.split("(it has ", 1)[1].split(")", 1)[0].split(", ")
+    assert {"recommender", "recommender_pipeline", "text_embedding", "text_embedding_int8"} <= set(offered)
 
 
 def test_a_reader_that_closes_stdout_is_not_an_unreachable_server(

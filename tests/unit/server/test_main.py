@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from server.__main__ import STATE, _already_running, _stop
+from server.__main__ import STATE, _already_running, _status, _stop
 from server.records import write_record
 
 
@@ -82,3 +82,19 @@ def test_stop_says_when_tritonserver_exited_1_at_its_exit_timeout_and_why(
         assert out[1:] == []
     else:
         assert len(out) == 2 and out[1].startswith(said) and "stub died with requests in flight" in out[1]
+
+
+def test_status_names_the_warmed_models_instead_of_printing_their_statistics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The record holds a page of Triton statistics per warmed model (for ``client stats``); ``status``
+    is read by a person, who needs the ports and which models were warmed, not those pages."""
+    monkeypatch.chdir(tmp_path)
+    statistics = {"inference_stats": {"success": {"count": 1, "ns": 93748126}}, "batch_stats": []}
+    warmup = {"recommender": {"1": statistics}, "trivial": {"1": statistics}}
+    write_record(STATE, {"pid": 0, "http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001", "warmup": warmup})
+    assert _status(argparse.Namespace()) == 1  # no tritonserver at pid 0
+    out = capsys.readouterr().out
+    assert '"http": "127.0.0.1:8000"' in out and '"grpc": "127.0.0.1:8001"' in out
+    assert "warm-up recorded (client stats subtracts it): recommender, trivial" in out
+    assert "93748126" not in out and "inference_stats" not in out

@@ -127,6 +127,19 @@ def test_other_failures_are_errors_that_say_why_and_are_not_run_again(tmp_path, 
     assert len((tmp_path / "calls").read_text().splitlines()) == 1
 
 
+def test_a_run_killed_by_a_signal_says_so_where_its_output_does_not(tmp_path, target):
+    """The kernel's out-of-memory killer ends perf_analyzer mid-run: its output is the settings it
+    printed first, so only the exit can name the problem."""
+    killed = _script(tmp_path / "killed", f'{VERSION}\necho "*** Measurement Settings ***"; kill -9 $$')
+    with pytest.raises(StudyError) as raised:
+        measure(target, poisson(300.0, seed=3), SETTINGS, engine=PerfAnalyzerEngine(killed))
+    said = str(raised.value)
+    assert "killed by SIGKILL" in said and "out-of-memory killer" in said and "Measurement Settings" in said
+    exits = _script(tmp_path / "exits", f'{VERSION}\necho "no such model" >&2; exit 3')
+    with pytest.raises(StudyError, match="exited with status 3: no such model"):
+        measure(target, closed_loop(4), SETTINGS, engine=PerfAnalyzerEngine(exits))
+
+
 def test_an_open_loop_replays_the_loads_arrivals_and_keeps_a_run_whose_windows_disagreed(tmp_path, target):
     engine = PerfAnalyzerEngine(stand_in(tmp_path, stable_from_ms=10**6, rate_mode_unstable=True))
     load = poisson(300.0, seed=3)

@@ -170,7 +170,10 @@ def test_a_gpu_plan_with_a_recorded_profile_predicts_from_it_and_says_so(tmp_pat
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        (["--topology", "hgx-h200", "--compute-profile", "missing.json"], "missing.json: no such file"),
+        (
+            ["--topology", "hgx-h200", "--compute-profile", "missing.json"],
+            "missing.json: no such file; a compute profile is the figures JSON `make gpu-check` writes",
+        ),
         ([], "--compute-profile gives a GPU's compute: plan for a GPU topology"),
     ],
 )
