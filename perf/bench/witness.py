@@ -19,6 +19,7 @@ from perf.measure.engine import LoadEngine, OurEngine
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement, measure
 from perf.session.model import ModelSession
+from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
 HEADING = "## perf_analyzer vs our client (`python -m perf witness`)"
@@ -143,6 +144,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     for field in dataclasses.fields(WitnessOptions):
         default = getattr(defaults, field.name)
         witness.add_argument(f"--{field.name.replace('_', '-')}", type=type(default), default=default)
+    add_port_base_option(witness)  # its server's ports, as for run, tune and plan (perf.cli.main sets it)
 
 
 def options_from(args: argparse.Namespace) -> WitnessOptions:

@@ -15,6 +15,7 @@ import pytest
 
 import soak.__main__ as soak_main
 from perf import cli as perf_cli
+from perf.bench import witness
 from perf.errors import EXIT_RUNTIME, StudyError
 from perf.plan.cli import PlanSetup
 from perf.tune.cli import TuneSetup
@@ -108,18 +109,25 @@ class PortProbe:
         self(context)
 
 
-@pytest.mark.parametrize("command", ["run", "tune", "plan", "soak"])
-def test_each_tool_hands_its_port_base_to_the_servers_it_starts(command: str, tmp_path: Path) -> None:
-    """``python -m perf run|tune|plan`` and ``python -m soak`` with ``--port-base``: the base is in force
-    when the tool starts its first server (its setup's first step replaced by a probe of the setting)."""
+@pytest.mark.parametrize("command", ["run", "tune", "plan", "witness", "soak"])
+def test_each_tool_hands_its_port_base_to_the_servers_it_starts(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m perf run|tune|plan|witness`` and ``python -m soak`` with ``--port-base``: the base is in
+    force when the tool starts its first server (its setup's first step, or the witness's session,
+    replaced by a probe of the setting)."""
     probe = PortProbe()
     setup = perf_cli.PerfSetup(
         studies=lambda: [probe], tune=TuneSetup(session=probe), plan=PlanSetup(measure_profile=probe)
     )
+    monkeypatch.setattr(witness, "ModelSession", probe)
     try:
         if command == "soak":
             with pytest.raises(StudyError):
                 soak_main.main(["--duration", "1", "--port-base", "9450"], run=probe)
+        elif command == "witness":
+            argv = [command, "--port-base", "9450", "--workdir", str(tmp_path)]
+            assert perf_cli.main(argv, setup) == EXIT_RUNTIME
         else:
             required = {"run": [], "tune": ["--model", "recommender", "--p99-ms", "10", "--engine", "ours"]}
             required["plan"] = ["--model", "recommender", "--p99-ms", "10", "--probe-runs", "0"]
