@@ -179,7 +179,7 @@ class PerfAnalyzerEngine:
             folder = Path(scratch)
             for longer in (1.0, 2.0):
                 windows = window_options(settings, longer, closed=load.kind == "closed")
-                load_options = self._load_options(load, settings, longer, folder)
+                load_options = self._load_options(load, settings, longer, folder, target.max_in_flight)
                 line = command(self.binary, target, load_options, windows, folder, self.extra)
                 returncode, output = self._call(line, settings.longest_s * longer, label)
                 if returncode == 0 and (folder / "export.json").is_file():
@@ -197,9 +197,14 @@ class PerfAnalyzerEngine:
         )
 
     @staticmethod
-    def _load_options(load: Load, settings: MeasureSettings, longer: float, folder: Path) -> list[str]:
+    def _load_options(
+        load: Load, settings: MeasureSettings, longer: float, folder: Path, in_flight: int
+    ) -> list[str]:
         """A closed loop's concurrency, or an open loop's arrivals as intervals (µs) for every window it
-        may measure."""
+        may measure, sent by ``in_flight`` threads with one request each (its synchronous mode): a thread
+        behind its schedule sends late, so a rate beyond the server's is served below the rate offered
+        (not sustained), as our engine sheds it. Its ``--async`` keeps every late request in flight and
+        grows without bound (docs/TUNE.md, perf_analyzer's open loop)."""
         if load.kind == "closed":
             return ["--concurrency-range", str(load.concurrency)]
         seconds = settings.max_windows * settings.window_s * longer * WINDOW_STRETCH + 1.0
@@ -209,7 +214,7 @@ class PerfAnalyzerEngine:
         gaps_us = np.maximum(1, np.rint(np.diff(np.concatenate([[0.0], arrivals])) * 1e6).astype(np.int64))
         intervals = folder / "intervals.txt"
         intervals.write_text("\n".join(map(str, gaps_us.tolist())) + "\n")
-        return ["--async", "--request-intervals", str(intervals)]
+        return ["--request-intervals", str(intervals), "--max-threads", str(in_flight)]
 
     def _call(self, line: list[str], seconds: float, label: str) -> tuple[int, str]:
         """Run ``line``: its exit status and output, logged to ``log_folder``."""

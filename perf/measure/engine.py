@@ -170,11 +170,13 @@ class Measurement:
     @functools.cached_property
     def offered(self) -> float:
         """An open loop's arrivals per second over the windows that count, as drawn (a Poisson draw of
-        a few seconds is a few % off its mean rate); 0 for a closed loop."""
+        a few seconds is a few % off its mean rate); 0 for a closed loop. Every arrival up to the span's
+        end counts: a cap on them would count a fast rate's later windows as offered nothing, and a run
+        that fell behind as sustained."""
         if self.load.kind != "open":
             return 0.0
         start, end = self.span
-        times = arrival_times(self.load, end)
+        times = arrival_times(self.load, end, limit=None)
         return float(np.count_nonzero(times >= start)) / (end - start) if end > start else 0.0
 
     @property

@@ -59,8 +59,8 @@ def trace(inter_arrival_s: Sequence[float], name: str = "trace") -> Load:
     return Load("open", name, rate=len(gaps) / sum(gaps), arrivals=arrivals)
 
 
-def arrival_times(load: Load, seconds: float, limit: int = 200_000) -> np.ndarray:
-    """The first ``seconds`` of an open ``load``'s arrivals (at most ``limit``)."""
+def arrival_times(load: Load, seconds: float, limit: int | None = 200_000) -> np.ndarray:
+    """The first ``seconds`` of an open ``load``'s arrivals (at most ``limit``; None: all of them)."""
     if load.arrivals is None:
         raise OptionError(f"{load.name}: a closed loop has no arrival times")
     times = itertools.takewhile(lambda t: t <= seconds, load.arrivals())

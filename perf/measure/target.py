@@ -28,6 +28,7 @@ from python_backend.dtypes import DTYPES
 
 log = logging.getLogger(__name__)
 PROTOCOLS = {"grpc": grpc_aio, "http": http_aio}
+MAX_IN_FLIGHT = 256  # an open loop's requests in flight, whichever engine sends them (beyond: shed or late)
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Target:
     protocol: str = "grpc"
     collect: int = 1
     shared_memory: bool = False
-    max_in_flight: int = 256  # open loop: arrivals beyond this are shed and recorded as failures
+    max_in_flight: int = MAX_IN_FLIGHT  # open loop: arrivals beyond this are shed and recorded as failures
     cycle: bool = False  # each request takes the next rows (rows that differ in cost are all sent)
     shapes: ShapePlan | None = None  # requests at the lengths the traffic takes (variable axes)
 

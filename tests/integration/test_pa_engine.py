@@ -1,13 +1,18 @@
 """perf_analyzer as a load engine against a real tritonserver: every request it sends is answered and
 counted by the server, our records built from its export give the figure its own CSV gives for the
-same windows, an open loop replays our arrivals, and the witness puts both engines side by side.
-Skipped, with the reason, where perf_analyzer is not installed."""
+same windows, an open loop replays our arrivals and keeps no more requests in flight than our engine
+would, and the witness puts both engines side by side. Skipped, with the reason, where perf_analyzer
+is not installed."""
 
 from __future__ import annotations
 
+import itertools
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from exporters.resolve import load_spec
@@ -15,10 +20,16 @@ from perf.bench.witness import CSV_ROW, EXPORT_ROW, witness_section
 from perf.measure.analyzer import WINDOWS_JUDGED, PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings, sized_for
 from perf.measure.loads import closed_loop, poisson
+from perf.measure.measurement import measure
 from perf.measure.noise import NoisePolicy
+from perf.measure.records import Record
+from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
 from perf.perf_analyzer_install import unavailable_reason
 from perf.session.model import ModelSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from slow_model import SLOW, slow_model_server
 
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -38,6 +49,11 @@ WINDOWS = MeasureSettings(
 # WINDOWS' length (about 44/s), so they are not stretched as the low rate's are, and far below what
 # a loaded host serves: the test is about what was sent, exported and counted, never a rate reached.
 OPEN_RATE = 100.0
+# The slow model answers one request at a time, each after this long: at most 20 a second on any host
+# (a loaded one only answers later), so an open loop of BEYOND_RATE is far past what it serves.
+SLOW_ASKS_S = 0.05
+BEYOND_RATE = 1000.0
+BEYOND_IN_FLIGHT = 4  # the target's cap: --async would have hundreds in flight within the first second
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +124,28 @@ def test_the_witness_shows_which_engine_produced_each_figure(session: ModelSessi
     assert "perf_analyzer vs our client" in text and f"concurrency {CONCURRENCY}" in text
     assert EXPORT_ROW in text and "| ours |" in text
     assert CSV_ROW in text or "did not" in text  # its own row where its windows agreed
+
+
+def most_in_flight(records: list[Record]) -> int:
+    """The most requests sent and not yet answered at any moment (an answer and a send at the same
+    instant: the answer first, as a thread sends its next request after its last is answered)."""
+    events = sorted([(r.recv_s, -1) for r in records] + [(r.send_s, 1) for r in records])
+    return max(itertools.accumulate(step for _, step in events))
+
+
+def test_an_open_loop_beyond_what_the_server_serves_keeps_the_cap_in_flight_and_is_not_sustained(
+    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """perf_analyzer's open loop holds at most the target's ``max_in_flight`` requests, as our engine
+    does, so its memory stays bounded; the requests it sends late make the run fall behind the rate
+    offered, judged not sustained, whatever the host serves (rates are asserted nowhere)."""
+    if find_perf_analyzer() is None:
+        pytest.skip(f"perf_analyzer not installed: {unavailable_reason() or 'run make perf-analyzer'}")
+    # a deadline no request reaches: BEYOND_IN_FLIGHT requests wait at most that many sleeps
+    with slow_model_server(spec_data, tmp_path_factory, "pa_beyond", deadline_s=60.0) as running:
+        inputs = {"seconds": np.full((1, 1), SLOW_ASKS_S, np.float32)}
+        target = Target(SLOW, running.grpc_url, inputs, {"slept": 4}, max_in_flight=BEYOND_IN_FLIGHT)
+        run = measure(target, poisson(BEYOND_RATE, seed=5), WINDOWS, engine=PerfAnalyzerEngine())
+    assert run.records and all(r.ok for r in run.records)
+    assert most_in_flight(run.records) <= BEYOND_IN_FLIGHT
+    assert not run.sustained, (run.throughput, run.offered)

@@ -4,6 +4,7 @@ driven against a stand-in binary that writes the files a real 2.41.0 run wrote (
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import stat
 from pathlib import Path
@@ -17,7 +18,7 @@ from perf.measure.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_
 from perf.measure.engine import KEPT_CAP_S, MeasureSettings
 from perf.measure.loads import arrival_times, closed_loop, poisson
 from perf.measure.measurement import measure
-from perf.measure.target import Target
+from perf.measure.target import MAX_IN_FLIGHT, Target
 from perf.studies.report import cross_check_section
 
 DATA = Path(__file__).resolve().parents[3] / "data"
@@ -146,12 +147,27 @@ def test_an_open_loop_replays_the_loads_arrivals_and_keeps_a_run_whose_windows_d
     run = measure(target, load, SETTINGS, engine=engine)
     (line,) = argv(tmp_path)
     assert value(line, "--max-trials") == "5"  # an open loop keeps what it measured: the settings' own
-    assert "--async" in line and "--concurrency-range" not in line
+    # its synchronous mode, one request in flight per thread, as many as ours keeps: never --async, whose
+    # late requests pile up without bound while the server falls behind
+    assert "--async" not in line and "--concurrency-range" not in line
+    assert value(line, "--max-threads") == str(target.max_in_flight) == str(MAX_IN_FLIGHT)
     gaps = np.loadtxt(tmp_path / "intervals.txt") / 1e6
     seconds = SETTINGS.max_windows * SETTINGS.window_s * WINDOW_STRETCH + 1.0  # every window it may measure
     expected = arrival_times(load, seconds)
     assert np.cumsum(gaps) == pytest.approx(expected, abs=1e-5 * len(expected))
     assert not run.stable and run.own is None and run.records  # kept, marked: no CSV to hold it to
+
+
+def test_an_open_loop_keeps_the_targets_in_flight_cap_and_a_rate_it_fell_behind_is_not_sustained(
+    tmp_path, target
+):
+    """The cap is the target's, the one our engine sheds beyond; a run served far below its rate (the
+    recorded export answered a closed loop of two) is judged not kept up with, so a tune's ramp ends."""
+    capped = dataclasses.replace(target, max_in_flight=8)
+    run = measure(capped, poisson(20000.0, seed=3), SETTINGS, engine=PerfAnalyzerEngine(stand_in(tmp_path)))
+    (line,) = argv(tmp_path)
+    assert value(line, "--max-threads") == "8" and "--async" not in line
+    assert run.throughput < 0.5 * run.offered and not run.sustained
 
 
 def test_a_low_rates_windows_hold_a_p99s_requests_and_one_left_empty_is_measured_once_more(tmp_path, target):

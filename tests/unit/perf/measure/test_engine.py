@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from perf.errors import OptionError
-from perf.measure.engine import KEPT_CAP_S, P99_SAMPLES, Job, MeasureSettings, OurEngine, sized_for
+from perf.measure.engine import (
+    KEPT_CAP_S,
+    P99_SAMPLES,
+    Job,
+    Measurement,
+    MeasureSettings,
+    OurEngine,
+    sized_for,
+)
 from perf.measure.loads import closed_loop, poisson
 from perf.measure.target import Target
 
@@ -31,6 +39,14 @@ from perf.measure.target import Target
 def test_measure_settings_name_the_bad_field(settings: dict, message: str) -> None:
     with pytest.raises(OptionError, match=message):
         MeasureSettings(**settings)
+
+
+def test_a_fast_rate_is_offered_over_every_window_that_counts() -> None:
+    """60,000/s over windows that end at 6 s: 360,000 arrivals, past ``arrival_times``' default cap, all
+    counted; with the cap a server serving half the rate would be judged to have kept up."""
+    windows = [(0.0, 2.0), (2.0, 4.0), (4.0, 6.0)]
+    run = Measurement("fast", "m", poisson(60_000.0, seed=1), [], windows, (1, 3), True, 0)
+    assert run.offered == pytest.approx(60_000.0, rel=0.01)
 
 
 SETTINGS = MeasureSettings(warmup_s=0.0, window_s=0.6, stable_windows=3, max_windows=5)
