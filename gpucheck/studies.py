@@ -67,7 +67,9 @@ class Session:
 
     def close(self) -> None:
         self.grpc.close()  # an open connection would hold tritonserver's exit
-        self.server.terminate()  # nothing in flight to drain: SIGTERM, and the cleanup
+        # drained first, as `make serve`'s stop: on SIGTERM alone Triton 2.51 may leave torch-stage models
+        # unloading until its exit timeout expires, time the lent machine's budget counts
+        self.server.stop()
 
     def require(self, names: Sequence[str]) -> None:
         """``ServingError`` naming each of ``names`` that failed to load, with its log lines."""

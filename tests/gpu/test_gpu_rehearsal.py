@@ -74,4 +74,5 @@ def test_the_gpu_checks_script_runs_here_on_the_cpu_and_its_report_adds_up(tmp_p
     assert set(shm) == {"grpc", "system"} and all(r["correct"] for r in shm.values())
     assert "cuda: no CUDA device here" in text
     assert "GPU memory per instance and CUDA shared memory" in text  # not measured on a CPU, and said
+    assert "drained: unloaded" in log  # stopped as `make serve` stops: its models unloaded before SIGTERM
     assert seconds > 0
