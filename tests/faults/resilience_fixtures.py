@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from client.__main__ import main as client_main
@@ -106,7 +107,18 @@ def acknowledged_updates(http_url: str) -> np.ndarray:
     so applying them twice changes nothing); returns the pipeline's answer after them."""
     for step in range(3):
         update_embedding(http_url, table=step % 2, rows=[0, 3, 6], value=0.5 + step)
-    return infer_once(httpclient.InferenceServerClient(http_url), "http", PIPELINE)
+    return pipeline_answer(http_url)
+
+
+def pipeline_answer(url: str, protocol: str = "http") -> np.ndarray:
+    """The pipeline's answer to its fixed request, on a client of its own closed here: one left to the
+    collector may be closed in a load's thread, where gevent (under tritonclient's HTTP client) has no
+    hub, and pytest warns of the exception it ignored."""
+    client = (httpclient if protocol == "http" else grpcclient).InferenceServerClient(url)
+    try:
+        return infer_once(client, protocol, PIPELINE)
+    finally:
+        client.close()
 
 
 def client_health(server: TritonServer, *models: str) -> tuple[int, str]:

@@ -26,14 +26,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 from resilience_fixtures import (
     EMBEDDING,
     HANG_GUARD_S,
-    PIPELINE,
     acknowledged_updates,
     build_small_repository,
-    infer_once,
+    pipeline_answer,
     shm_regions,
     stub_of,
     tree_environment,
@@ -148,7 +146,7 @@ def test_the_probes_report_a_hung_stub_and_a_dead_server_until_they_are_healed(c
     ready = _ready_becomes(container, 200)
     assert ready["supervisor"]["restarts"] == 1 and ready["supervisor"]["last_cause"] == "killed by SIGKILL"
     assert container.triton_pid() not in (None, triton)
-    answer = infer_once(httpclient.InferenceServerClient(container.http_url), "http", PIPELINE)
+    answer = pipeline_answer(container.http_url)
     np.testing.assert_array_equal(answer, expected)
 
     container.process.send_signal(signal.SIGTERM)

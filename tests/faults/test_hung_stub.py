@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
 from harness import orphans
 from resilience_fixtures import (
     EMBEDDING,
@@ -27,7 +26,7 @@ from resilience_fixtures import (
     MixedLoad,
     acknowledged_updates,
     client_health,
-    infer_once,
+    pipeline_answer,
     process_alive,
     shm_regions,
     small_server,
@@ -83,7 +82,7 @@ def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_not
     assert all(f.model == PIPELINE for f in failures), [f.error for f in failures if f.model != PIPELINE]
     unhealthy = f"Stub process '{EMBEDDING}_0_0' is not healthy."
     assert all(unhealthy in f.error for f in failures), {f.error for f in failures}
-    answer = infer_once(httpclient.InferenceServerClient(server.http_url), "http", PIPELINE)
+    answer = pipeline_answer(server.http_url)
     np.testing.assert_array_equal(answer, expected)
     code, text = client_health(server)
     assert code == 0, text

@@ -30,6 +30,7 @@ from resilience_fixtures import (
     client_health,
     explicit_options,
     infer_once,
+    pipeline_answer,
     server_success_count,
     shm_regions,
     stub_of,
@@ -203,7 +204,7 @@ def test_drain_under_load_loses_nothing_and_updates_survive_restart(
     """Row 2: stop() under load over HTTP and gRPC: every request admitted before the drain succeeds, the
     rest are refused cleanly, the server exits 0 with no stub or shared memory left; a new server on the
     same repository answers with the acknowledged embedding updates (write-ahead log)."""
-    before = infer_once(httpclient.InferenceServerClient(server.http_url), "http", PIPELINE)
+    before = pipeline_answer(server.http_url)
     restart.expected = acknowledged_updates(server.http_url)
     assert not np.array_equal(before, restart.expected), "the updates must change the answer"
     load = MixedLoad(server.http_url, server.grpc_url, ["trivial", PIPELINE], callers_per=2).start()
@@ -226,7 +227,7 @@ def test_drain_under_load_loses_nothing_and_updates_survive_restart(
     assert {o.protocol for o in admitted if not o.error} == {"http", "grpc"}
     assert stubs_with_prefix(server.shm_prefix) == [] and shm_regions(server.shm_prefix) == []
     restarted = restart.start()
-    answer = infer_once(httpclient.InferenceServerClient(restarted.http_url), "http", PIPELINE)
+    answer = pipeline_answer(restarted.http_url)
     np.testing.assert_array_equal(answer, restart.expected)
 
 

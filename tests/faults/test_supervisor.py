@@ -19,15 +19,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 import yaml
 from resilience_fixtures import (
     HANG_GUARD_S,
-    PIPELINE,
     acknowledged_updates,
     build_small_repository,
-    infer_once,
+    pipeline_answer,
     process_alive,
     shm_regions,
     tree_environment,
@@ -96,8 +93,8 @@ def test_a_killed_server_is_restarted_on_its_ports_with_its_updates_and_nothing_
         }
         assert not set(dead_regions) & set(shm_regions(before["shm_prefix"])), "the dead server's regions"
         assert not any(process_alive(pid) for pid in dead_stubs), "the dead server's stubs"
-        http_answer = infer_once(httpclient.InferenceServerClient(after["http"]), "http", PIPELINE)
-        grpc_answer = infer_once(grpcclient.InferenceServerClient(after["grpc"]), "grpc", PIPELINE)
+        http_answer = pipeline_answer(after["http"])
+        grpc_answer = pipeline_answer(after["grpc"], "grpc")
         np.testing.assert_array_equal(http_answer, expected)
         np.testing.assert_array_equal(grpc_answer, expected)
         restarted = "tritonserver restarted 1 time(s); last death at "
