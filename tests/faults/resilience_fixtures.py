@@ -71,13 +71,13 @@ def server_success_count(http_url: str, model: str, at_least: int = 0) -> int:
     reach ``at_least``: Triton counts a request as it releases it, just after its answer left, so a
     read right after the last answer can miss it (``COUNT_WAIT_S`` is a hang guard; the caller
     asserts the count)."""
-    client = httpclient.InferenceServerClient(http_url)
     deadline = time.monotonic() + COUNT_WAIT_S
-    while True:
-        stats = client.get_inference_statistics(model)
-        count = sum(int(s["inference_stats"]["success"]["count"]) for s in stats["model_stats"])
-        if count >= at_least or time.monotonic() > deadline:
-            return count
+    with httpclient.InferenceServerClient(http_url) as client:
+        while True:
+            stats = client.get_inference_statistics(model)
+            count = sum(int(s["inference_stats"]["success"]["count"]) for s in stats["model_stats"])
+            if count >= at_least or time.monotonic() > deadline:
+                return count
         time.sleep(0.05)
 
 
@@ -95,11 +95,11 @@ def stub_of(server_pid: int, model: str) -> Stub:
 
 def update_embedding(url: str, table: int, rows: list[int], value: float) -> None:
     """One embedding update through the embedding stage; returns once it is acknowledged."""
-    client = httpclient.InferenceServerClient(url)
-    config = client.get_model_config(EMBEDDING)
-    width = next(int(i["dims"][-1]) for i in config["input"] if i["name"] == "update_values")
-    arrays = embedding_update(table, np.array(rows), np.full((len(rows), width), value, np.float32))
-    client.infer(EMBEDDING, make_inputs(httpclient, arrays))
+    with httpclient.InferenceServerClient(url) as client:
+        config = client.get_model_config(EMBEDDING)
+        width = next(int(i["dims"][-1]) for i in config["input"] if i["name"] == "update_values")
+        arrays = embedding_update(table, np.array(rows), np.full((len(rows), width), value, np.float32))
+        client.infer(EMBEDDING, make_inputs(httpclient, arrays))
 
 
 def acknowledged_updates(http_url: str) -> np.ndarray:
@@ -111,14 +111,11 @@ def acknowledged_updates(http_url: str) -> np.ndarray:
 
 
 def pipeline_answer(url: str, protocol: str = "http") -> np.ndarray:
-    """The pipeline's answer to its fixed request, on a client of its own closed here: one left to the
-    collector may be closed in a load's thread, where gevent (under tritonclient's HTTP client) has no
-    hub, and pytest warns of the exception it ignored."""
-    client = (httpclient if protocol == "http" else grpcclient).InferenceServerClient(url)
-    try:
+    """The pipeline's answer to its fixed request, on a client of its own closed here. Every client of
+    these tests is closed where it was opened: one left to the collector may be closed in a load's
+    thread, where gevent (under tritonclient's HTTP client) has no hub, and pytest warns."""
+    with (httpclient if protocol == "http" else grpcclient).InferenceServerClient(url) as client:
         return infer_once(client, protocol, PIPELINE)
-    finally:
-        client.close()
 
 
 def client_health(server: TritonServer, *models: str) -> tuple[int, str]:

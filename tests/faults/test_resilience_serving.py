@@ -85,9 +85,22 @@ def restart(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         holder.server.stop()
 
 
+@pytest.fixture
+def clients(server: TritonServer) -> Iterator[tuple[httpclient.InferenceServerClient, Any]]:
+    """An HTTP and a gRPC client of ``server``, without the admin key, closed when the test ends
+    (``pipeline_answer`` says why)."""
+    with (
+        httpclient.InferenceServerClient(server.http_url) as http_client,
+        grpcclient.InferenceServerClient(server.grpc_url) as grpc_client,
+    ):
+        yield http_client, grpc_client
+
+
 def _assert_live_ready(server: TritonServer) -> None:
-    assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
-    assert grpcclient.InferenceServerClient(server.grpc_url).is_server_ready()
+    with httpclient.InferenceServerClient(server.http_url) as http_client:
+        assert http_client.is_server_ready()
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc_client:
+        assert grpc_client.is_server_ready()
 
 
 @pytest.fixture
@@ -100,11 +113,12 @@ def updated_server(restart: Restart) -> TritonServer:
     return restart.server
 
 
-def test_admin_apis_need_the_key_and_file_overrides_are_refused(server: TritonServer) -> None:
+def test_admin_apis_need_the_key_and_file_overrides_are_refused(
+    server: TritonServer, clients: tuple[httpclient.InferenceServerClient, Any]
+) -> None:
     """Row 4: load/unload/index without the key are refused on both protocols; code by file override is
     refused by our loader even with the key; inference is unaffected."""
-    plain_http = httpclient.InferenceServerClient(server.http_url)
-    plain_grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    plain_http, plain_grpc = clients
     model_py = b"import os\nos.system('touch /tmp/pwned')\n"
     attempts = {
         "http load": lambda: plain_http.load_model("trivial"),
@@ -139,14 +153,16 @@ def _live_stubs(server: TritonServer, model: str) -> int:
     return sum(1 for s in server_stubs(server.pid) if s.alive and s.model == model and s.instance != model)
 
 
-def test_a_reload_with_fewer_instances_is_not_healed_as_a_dead_stub(server: TritonServer) -> None:
+def test_a_reload_with_fewer_instances_is_not_healed_as_a_dead_stub(
+    server: TritonServer, clients: tuple[httpclient.InferenceServerClient, Any]
+) -> None:
     """Scaling a model down through the repository API retires a stub on purpose: the watchdog must
     leave it (it used to reload the model mid-traffic, as if the stub had been killed).
 
     A watchdog of our own, polled once by hand (``check_once``) after the ×2 → ×1 load, judges the
     retired stub; ``stop`` waits for the judgement it started, so no sleep has to outlast the
     server's own watchdog."""
-    client = httpclient.InferenceServerClient(server.http_url)
+    client, _ = clients
     original = client.get_model_config("trivial")
     assert server.watchdog is not None
     events_before = len(server.watchdog.state.events)
@@ -174,14 +190,14 @@ def test_a_reload_with_fewer_instances_is_not_healed_as_a_dead_stub(server: Trit
 
 
 def test_failed_new_version_keeps_old_serving_and_server_ready(
-    server: TritonServer, repository: Path
+    server: TritonServer, repository: Path, clients: tuple[httpclient.InferenceServerClient, Any]
 ) -> None:
     """Row 3: a new version that fails to load is named; the old one serves; ready stays true."""
     broken = repository / "trivial" / "2"
     broken.mkdir()
     good = (repository / "trivial" / "1" / "model.onnx").read_bytes()
     (broken / "model.onnx").write_bytes(good[: len(good) // 3])  # truncated
-    client = httpclient.InferenceServerClient(server.http_url)
+    client, _ = clients
     try:
         with pytest.raises(AdminError) as failed:
             load_model(client, server.admin_key, "trivial")
@@ -240,7 +256,6 @@ def test_killed_stub_is_healed_under_load_and_keeps_live_updates(
     the stub owns none of the Python backend's mutexes (``kill_owning_none``): one that lands on the
     pool mutex aborts 2.51 itself, a limit the supervisor covers (row 27), not the watchdog."""
     server = updated_server
-    http_client = httpclient.InferenceServerClient(server.http_url)
     stub = stub_of(server.pid, EMBEDDING)
     trivial_before = server_success_count(server.http_url, "trivial")  # warm-up requests count too
     load = MixedLoad(server.http_url, server.grpc_url, ["trivial", PIPELINE]).start()
@@ -267,7 +282,7 @@ def test_killed_stub_is_healed_under_load_and_keeps_live_updates(
     trivial_ok = len(load.ok(lambda o: o.model == "trivial"))
     counted = server_success_count(server.http_url, "trivial", at_least=trivial_before + trivial_ok)
     assert counted - trivial_before == trivial_ok
-    np.testing.assert_array_equal(infer_once(http_client, "http", PIPELINE), restart.expected)
+    np.testing.assert_array_equal(pipeline_answer(server.http_url), restart.expected)
     assert stub.shm_region not in shm_regions(server.shm_prefix), "the dead stub's region was left behind"
     code, text = client_health(server)
     assert code == 0, text
